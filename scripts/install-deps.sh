@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what gpureap needs to build, test and benchmark on Debian 12.
+# Idempotent: packages already present are not fetched again, and apt-get
+# update runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  clang libclang-rt-14-dev          # libFuzzer target and its runtime
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev
+  runc                               # a real container for the integration tests
+  tini dumb-init catatonit           # the init peers the init is tested and benchmarked against
+  psmisc lsof procps util-linux      # fuser, lsof (benchmark peers), ps, unshare
+  jq
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present" >&2
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages (${missing[*]}); run as root or install them" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,31 @@
+// One interface for every GPU source: NVML (dlopen), the simulated device, and
+// JSON replay. `auto` = NVML when it loads and reports devices, else none.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gpu/gpu_snapshot.hpp"
+#include "proc/device_matcher.hpp"
+#include "sys/error.hpp"
+#include "sys/host_root.hpp"
+
+namespace gpureap::gpu {
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+  [[nodiscard]] virtual std::string_view name() const = 0;  // "nvml", "sim", "json", "none"
+  // One reading of the driver's view. An Error means the backend could not be read at all.
+  virtual sys::Result<GpuSnapshot> snapshot() = 0;
+  // The device nodes whose descriptors mark a process as a GPU holder.
+  [[nodiscard]] virtual proc::DeviceMatcher device_matcher() const = 0;
+  // Why the backend has no devices, said once by the caller (empty when it has some).
+  [[nodiscard]] virtual std::string unavailable_reason() const { return {}; }
+};
+
+// Parses "auto" | "nvml" | "sim" | "json:FILE" | "none". Bad specs are an Error naming the value.
+sys::Result<std::unique_ptr<GpuBackend>> make_backend(std::string_view spec, const sys::HostRoot& root);
+
+}  // namespace gpureap::gpu
