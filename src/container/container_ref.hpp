@@ -29,6 +29,7 @@ struct PodMeta {
   std::string pod_uid;
   std::string container_name;
   std::string source;  // which resolver answered: "containerd", "crio", "docker", "log-dir", "crictl"
+  bool sandbox = false;  // the pod's sandbox ("pause"/infra) container, not a workload
   bool operator==(const PodMeta&) const = default;
 };
 
