@@ -1,0 +1,269 @@
+#include "gpu/sim_backend.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <map>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "sys/unique_fd.hpp"
+
+namespace gpureap::gpu {
+
+namespace {
+
+using nlohmann::json;
+
+template <class T>
+std::optional<T> parse_number(std::string_view s) {
+  T v{};
+  if (s.empty()) return std::nullopt;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Iterates a directory opened relative to `dir_fd`; the callback gets each name.
+template <class F>
+bool for_each_entry(int dir_fd, const char* rel, F&& fn) {
+  int fd = ::openat(dir_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    return false;
+  }
+  while (dirent* e = ::readdir(d)) {
+    std::string_view n(e->d_name);
+    if (n == "." || n == "..") continue;
+    fn(::dirfd(d), n);
+  }
+  ::closedir(d);
+  return true;
+}
+
+struct CtxFile {
+  sim::ContextName name;
+  std::uint64_t bytes = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::vector<pid_t> holders;  // pids in the host root's /proc
+};
+
+// Innermost NSpid of a process (its pid in its own namespace), if readable.
+std::optional<pid_t> innermost_pid(const sys::HostRoot& root, pid_t pid) {
+  auto text = root.read_file("proc/" + std::to_string(pid) + "/status");
+  if (!text) return std::nullopt;
+  auto pos = text->find("\nNSpid:");
+  if (pos == std::string::npos) return std::nullopt;
+  auto end = text->find('\n', pos + 1);
+  std::string_view line(text->data() + pos + 7, (end == std::string::npos ? text->size() : end) - pos - 7);
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+  auto last = line.find_last_of(" \t");
+  return parse_number<pid_t>(last == std::string_view::npos ? line : line.substr(last + 1));
+}
+
+class SimBackend final : public GpuBackend {
+ public:
+  SimBackend(sys::HostRoot root, std::string dir) : root_(std::move(root)), dir_(std::move(dir)) {
+    // Fd links show the path as the holders' mount namespace saw it: the host's
+    // view, i.e. without our host-root prefix.
+    display_dir_ = dir_;
+    if (!root_.is_slash() && display_dir_.rfind(root_.path() + "/", 0) == 0) {
+      display_dir_.erase(0, root_.path().size());
+    }
+  }
+
+  [[nodiscard]] std::string_view name() const override { return "sim"; }
+
+  sys::Result<GpuSnapshot> snapshot() override {
+    const std::string config_path = dir_ + "/config.json";
+    auto text = sys::read_file_at(AT_FDCWD, config_path.c_str(), config_path);
+    if (!text) {
+      if (text.error().vanished()) return GpuSnapshot{};  // not initialised: no devices
+      return text.error();
+    }
+    auto config = parse_sim_config(*text, config_path);
+    if (!config) return config.error();
+
+    auto contexts = list_contexts();
+    if (!contexts.empty()) find_holders(contexts);
+
+    GpuSnapshot snap;
+    snap.driver_version = config->driver_version;
+    for (std::size_t i = 0; i < config->devices.size(); ++i) {
+      const auto& dc = config->devices[i];
+      GpuDevice d;
+      d.index = static_cast<unsigned>(i);
+      d.uuid = dc.uuid;
+      d.minor = d.index;
+      d.name = dc.name;
+      GpuMemory mem;
+      mem.total = dc.total;
+      mem.reserved = dc.reserved;
+      std::map<pid_t, std::uint64_t> by_pid;  // NVML merges a pid's contexts on one device
+      for (const auto& c : contexts) {
+        if (c.name.device != d.index || c.holders.empty()) continue;  // no holder: released
+        mem.used += c.bytes;
+        by_pid[reported_pid(c)] += c.bytes;
+      }
+      d.memory = mem;
+      for (const auto& [pid, bytes] : by_pid) {
+        d.processes.push_back(GpuProcess{static_cast<std::uint32_t>(pid), bytes});
+      }
+      snap.devices.push_back(std::move(d));
+    }
+    return snap;
+  }
+
+  [[nodiscard]] proc::DeviceMatcher device_matcher() const override {
+    proc::DeviceMatcher m;
+    const std::string dev = dir_ + "/dev";
+    std::vector<std::string> names;
+    for_each_entry(AT_FDCWD, dev.c_str(), [&](int, std::string_view n) {
+      if (n.rfind("nvidia", 0) == 0) names.emplace_back(n);
+    });
+    std::sort(names.begin(), names.end());
+    // Plain files, so no rdev: the scan matches them by path.
+    for (auto& n : names) m.nodes.push_back(proc::DeviceNode{n, display_dir_ + "/dev/" + n, std::nullopt});
+    return m;
+  }
+
+  [[nodiscard]] std::string unavailable_reason() const override {
+    const std::string config_path = dir_ + "/config.json";
+    struct stat st {};
+    if (::stat(config_path.c_str(), &st) != 0) {
+      return "sim device not initialised at " + dir_ + " (run `gpureap-worker init-sim --sim-dir " + dir_ + "`)";
+    }
+    return {};
+  }
+
+ private:
+  std::vector<CtxFile> list_contexts() const {
+    std::vector<CtxFile> out;
+    const std::string ctx_dir = dir_ + "/ctx";
+    for_each_entry(AT_FDCWD, ctx_dir.c_str(), [&](int fd, std::string_view n) {
+      auto parsed = sim::parse_context_name(n);
+      if (!parsed) return;  // temporaries (".gpu0.tmp-N") and strangers
+      const std::string name(n);
+      struct stat st {};
+      if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return;
+      auto content = sys::read_file_at(fd, name.c_str(), name);
+      if (!content) return;  // released and removed between listing and reading
+      std::string_view body(*content);
+      while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.remove_suffix(1);
+      auto bytes = parse_number<std::uint64_t>(body);
+      if (!bytes) return;
+      out.push_back(CtxFile{*parsed, *bytes, st.st_dev, st.st_ino, {}});
+    });
+    return out;
+  }
+
+  // Scans <root>/proc/*/fd. Link text is matched on the file name first (cheap),
+  // then confirmed by device and inode, so a path seen through another mount
+  // namespace, or a deleted file of the same name, cannot fool it.
+  void find_holders(std::vector<CtxFile>& contexts) const {
+    std::unordered_map<std::string, std::size_t> by_name;
+    for (std::size_t i = 0; i < contexts.size(); ++i) by_name.emplace(sim::context_name(contexts[i].name), i);
+    for_each_entry(root_.dir_fd(), "proc", [&](int proc_fd, std::string_view pid_name) {
+      auto pid = parse_number<pid_t>(pid_name);
+      if (!pid) return;
+      const std::string fd_rel = std::string(pid_name) + "/fd";
+      // Vanished processes and ones we may not inspect are skipped (DESIGN: normal).
+      for_each_entry(proc_fd, fd_rel.c_str(), [&](int fd_dir, std::string_view fd_name) {
+        const std::string fdn(fd_name);
+        char buf[PATH_MAX];
+        ssize_t len = ::readlinkat(fd_dir, fdn.c_str(), buf, sizeof buf);
+        if (len <= 0) return;
+        std::string_view link(buf, static_cast<std::size_t>(len));
+        auto slash = link.rfind('/');
+        if (slash == std::string_view::npos) return;
+        auto it = by_name.find(std::string(link.substr(slash + 1)));
+        if (it == by_name.end()) return;
+        struct stat st {};
+        if (::fstatat(fd_dir, fdn.c_str(), &st, 0) != 0) return;
+        CtxFile& c = contexts[it->second];
+        if (st.st_dev != c.dev || st.st_ino != c.ino) return;
+        if (std::find(c.holders.begin(), c.holders.end(), *pid) == c.holders.end()) c.holders.push_back(*pid);
+      });
+    });
+  }
+
+  // The creator's pid as the driver lists it. The file name has the pid the
+  // creator saw for itself; when the creator is alive inside a PID namespace,
+  // report its pid in our /proc instead (NVML reports the caller's view).
+  pid_t reported_pid(const CtxFile& c) const {
+    const pid_t creator = c.name.creator;
+    if (std::find(c.holders.begin(), c.holders.end(), creator) != c.holders.end()) return creator;
+    for (pid_t h : c.holders) {
+      if (auto inner = innermost_pid(root_, h); inner && *inner == creator && h != creator) return h;
+    }
+    return creator;  // creator gone: the driver keeps listing its (dead) pid
+  }
+
+  sys::HostRoot root_;
+  std::string dir_;
+  std::string display_dir_;
+};
+
+std::string absolute(std::string path) {
+  if (!path.empty() && path.front() == '/') return path;
+  char cwd[PATH_MAX];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) return path;
+  return std::string(cwd) + "/" + path;
+}
+
+}  // namespace
+
+sys::Result<sim::Config> parse_sim_config(std::string_view text, std::string_view what) {
+  const std::string w(what);
+  auto fail = [&](const std::string& field, const char* problem) {
+    return sys::Error{EINVAL, w + ": " + field + ": " + problem};
+  };
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    return sys::Error{EINVAL, w + ": not valid JSON (at byte " + std::to_string(e.byte) + ")"};
+  }
+  if (!doc.is_object()) return fail("(top level)", "expected an object");
+  sim::Config c;
+  auto v = doc.find("driver_version");
+  if (v == doc.end() || !v->is_string()) return fail("driver_version", "expected a string");
+  c.driver_version = v->get<std::string>();
+  auto devs = doc.find("devices");
+  if (devs == doc.end() || !devs->is_array()) return fail("devices", "expected an array");
+  for (std::size_t i = 0; i < devs->size(); ++i) {
+    const json& d = (*devs)[i];
+    const std::string p = "devices[" + std::to_string(i) + "]";
+    if (!d.is_object()) return fail(p, "expected an object");
+    sim::DeviceConfig dc;
+    for (const char* key : {"name", "uuid"}) {
+      auto f = d.find(key);
+      if (f == d.end() || !f->is_string()) return fail(p + "." + key, "expected a string");
+      (std::string_view(key) == "name" ? dc.name : dc.uuid) = f->get<std::string>();
+    }
+    for (const char* key : {"total", "reserved"}) {
+      auto f = d.find(key);
+      if (f == d.end() || !f->is_number_unsigned()) return fail(p + "." + key, "expected an unsigned integer");
+      (std::string_view(key) == "total" ? dc.total : dc.reserved) = f->get<std::uint64_t>();
+    }
+    c.devices.push_back(std::move(dc));
+  }
+  return c;
+}
+
+std::unique_ptr<GpuBackend> make_sim_backend(const sys::HostRoot& root, SimOptions options) {
+  std::string dir = absolute(sim::resolve_sim_dir(options.dir, root.path()));
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return std::make_unique<SimBackend>(root, std::move(dir));
+}
+
+}  // namespace gpureap::gpu
