@@ -1,0 +1,331 @@
+// The NVML backend against fake_nvml.cpp: each version fallback, the growth
+// loop, the stride check, missing optional symbols, missing library/driver,
+// and calls that never return. Scenarios are documented in fake_nvml.cpp.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/sysmacros.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "gpu/nvml_backend.hpp"
+
+namespace gpureap::gpu {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kGiB = 1ULL << 30;
+constexpr std::uint64_t kMiB = 1ULL << 20;
+
+const char* const kFull = FAKE_NVML_FULL;
+const char* const kV2Only = FAKE_NVML_V2ONLY;
+const char* const kV3Only = FAKE_NVML_V3ONLY;
+const char* const kLegacy = FAKE_NVML_LEGACY;
+
+// Sets the scenario and opens the fake too, to read its call counters. The
+// backend's dlopen of the same path gets the same loaded object.
+class Fake {
+ public:
+  Fake(const char* path, const char* scenario) {
+    ::setenv("FAKE_NVML_SCENARIO", scenario, 1);
+    handle_ = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) {
+      ADD_FAILURE() << "cannot open the fake: " << ::dlerror();
+      return;
+    }
+    calls_ = reinterpret_cast<int (*)(const char*)>(::dlsym(handle_, "fake_nvml_calls"));
+    release_ = reinterpret_cast<void (*)()>(::dlsym(handle_, "fake_nvml_release"));
+    blocked_ = reinterpret_cast<int (*)()>(::dlsym(handle_, "fake_nvml_blocked"));
+  }
+  Fake(const Fake&) = delete;
+  Fake& operator=(const Fake&) = delete;
+  // Lets a call the backend abandoned return, so its detached worker ends
+  // before the test process does (no thread is left blocked at exit).
+  ~Fake() {
+    if (handle_ == nullptr) return;
+    release_();
+    for (int i = 0; i < 500 && blocked_() > 0; ++i) std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(50ms);  // the worker's last steps after the call returns
+    ::dlclose(handle_);
+  }
+  int calls(const char* name) const { return calls_ != nullptr ? calls_(name) : -1; }
+
+ private:
+  void* handle_ = nullptr;
+  int (*calls_)(const char*) = nullptr;
+  void (*release_)() = nullptr;
+  int (*blocked_)() = nullptr;
+};
+
+sys::HostRoot root() {
+  auto r = sys::HostRoot::open("/");
+  EXPECT_TRUE(r.ok());
+  return std::move(r).value();
+}
+
+NvmlOptions options(const char* lib, std::chrono::milliseconds timeout = 20s) {
+  NvmlOptions o;
+  o.library_names = {lib};
+  o.call_timeout = timeout;
+  return o;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+const std::vector<GpuProcess> kDefaultProcesses{{100, kGiB}, {200, std::nullopt}, {300, 512 * kMiB}};
+
+TEST(NvmlBackend, CurrentDriverUsesV3ListsAndMemoryV2) {
+  Fake fake(kFull, "");
+  auto backend = make_nvml_backend(root(), options(kFull));
+  EXPECT_EQ(backend->name(), "nvml");
+  EXPECT_EQ(backend->unavailable_reason(), "");
+  auto snap = backend->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  EXPECT_EQ(snap->driver_version, "580.159.04");
+  ASSERT_EQ(snap->devices.size(), 2U);
+  const GpuDevice& d0 = snap->devices[0];
+  EXPECT_EQ(d0.index, 0U);
+  EXPECT_EQ(d0.uuid, "GPU-fake-0");
+  EXPECT_EQ(d0.name, "Fake H200");
+  EXPECT_EQ(d0.minor, 4U);
+  ASSERT_TRUE(d0.memory.has_value());
+  EXPECT_EQ(*d0.memory, (GpuMemory{80 * kGiB, 2 * kGiB, 615 * kMiB}));
+  // Compute and graphics merged by pid; 200's memory is "not available", not 0.
+  EXPECT_EQ(d0.processes, kDefaultProcesses);
+  const GpuDevice& d1 = snap->devices[1];
+  EXPECT_EQ(d1.uuid, "GPU-fake-1");
+  EXPECT_EQ(d1.minor, 5U);
+  EXPECT_TRUE(d1.processes.empty());
+
+  EXPECT_EQ(fake.calls("nvmlInit_v2"), 1);
+  EXPECT_EQ(fake.calls("nvmlInit"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetCount_v2"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetGraphicsRunningProcesses_v3"), 0);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 0);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetMemoryInfo"), 0);
+}
+
+TEST(NvmlBackend, InitOnceAndShutdownOnDestruction) {
+  Fake fake(kFull, "");
+  auto backend = make_nvml_backend(root(), options(kFull));
+  ASSERT_TRUE(backend->snapshot().ok());
+  ASSERT_TRUE(backend->snapshot().ok());
+  EXPECT_EQ(fake.calls("nvmlInit_v2"), 1);
+  EXPECT_EQ(fake.calls("nvmlShutdown"), 0);
+  backend.reset();
+  EXPECT_EQ(fake.calls("nvmlShutdown"), 1);
+}
+
+TEST(NvmlBackend, MemoryV2UnsupportedFallsBackToV1WithReservedUnknown) {
+  Fake fake(kFull, "mem_v2_unsupported");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  ASSERT_TRUE(snap->devices.at(0).memory.has_value());
+  EXPECT_EQ(*snap->devices[0].memory, (GpuMemory{80 * kGiB, 2 * kGiB + 615 * kMiB, std::nullopt}));
+  EXPECT_GT(fake.calls("nvmlDeviceGetMemoryInfo"), 0);
+}
+
+TEST(NvmlBackend, WithoutV3UsesV2Lists) {
+  Fake fake(kV2Only, "");
+  auto snap = make_nvml_backend(root(), options(kV2Only))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  EXPECT_EQ(snap->devices.at(0).processes, kDefaultProcesses);
+  EXPECT_GT(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetGraphicsRunningProcesses_v2"), 0);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses"), 0);
+}
+
+TEST(NvmlBackend, OldDriverUsesPlainSymbolsV1EntriesAndMemoryV1) {
+  Fake fake(kLegacy, "");
+  auto backend = make_nvml_backend(root(), options(kLegacy));
+  EXPECT_EQ(backend->unavailable_reason(), "");
+  auto snap = backend->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  ASSERT_EQ(snap->devices.size(), 2U);
+  const GpuDevice& d0 = snap->devices[0];
+  EXPECT_EQ(d0.minor, std::nullopt);  // no nvmlDeviceGetMinorNumber: unknown, not 0
+  ASSERT_TRUE(d0.memory.has_value());
+  EXPECT_EQ(*d0.memory, (GpuMemory{80 * kGiB, 2 * kGiB + 615 * kMiB, std::nullopt}));
+  EXPECT_EQ(d0.processes, kDefaultProcesses);
+  EXPECT_EQ(fake.calls("nvmlInit"), 1);
+  EXPECT_GT(fake.calls("nvmlDeviceGetCount"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetHandleByIndex"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetComputeRunningProcesses"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetGraphicsRunningProcesses"), 0);
+}
+
+TEST(NvmlBackend, GrowthLoopRetriesWhenAProcessAppears) {
+  Fake fake(kFull, "grow");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  const std::vector<GpuProcess> expected{{100, kGiB}, {200, std::nullopt}, {201, 3 * kMiB}, {300, 512 * kMiB}};
+  EXPECT_EQ(snap->devices.at(0).processes, expected);
+}
+
+TEST(NvmlBackend, GrowthPastHeadroomRetriesAgain) {
+  Fake fake(kFull, "grow_past_headroom");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  EXPECT_EQ(snap->devices.at(0).processes, kDefaultProcesses);
+  // GPU 0: count query, two buffers outgrown, one that fits; GPU 1: count query.
+  EXPECT_GE(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 5);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 0);
+}
+
+TEST(NvmlBackend, EndlessGrowthIsBoundedAndAnError) {
+  Fake fake(kFull, "grow_forever");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_FALSE(snap.ok());
+  EXPECT_TRUE(contains(snap.error().message, "kept growing")) << snap.error().message;
+  EXPECT_TRUE(contains(snap.error().message, "GPU 0")) << snap.error().message;
+}
+
+TEST(NvmlBackend, V3WrittenAt32ByteStrideFallsBackToV2) {
+  Fake fake(kFull, "bad_stride_v3");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  EXPECT_EQ(snap->devices.at(0).processes, kDefaultProcesses);
+  EXPECT_GT(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 0);
+  EXPECT_GT(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 0);
+}
+
+TEST(NvmlBackend, BadStrideWithNothingOlderIsAnError) {
+  Fake fake(kV3Only, "bad_stride_v3");
+  auto snap = make_nvml_backend(root(), options(kV3Only))->snapshot();
+  ASSERT_FALSE(snap.ok());
+  EXPECT_TRUE(contains(snap.error().message, "stride")) << snap.error().message;
+}
+
+TEST(NvmlBackend, OnlyV3IsEnoughWhenItsEntriesAreSound) {
+  Fake fake(kV3Only, "");
+  auto snap = make_nvml_backend(root(), options(kV3Only))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  EXPECT_EQ(snap->devices.at(0).processes, kDefaultProcesses);
+}
+
+TEST(NvmlBackend, PidZeroInEveryVersionIsAnError) {
+  Fake fake(kFull, "zero_pid");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_FALSE(snap.ok());
+  EXPECT_TRUE(contains(snap.error().message, "_v3")) << snap.error().message;
+  EXPECT_TRUE(contains(snap.error().message, "_v2")) << snap.error().message;
+}
+
+TEST(NvmlBackend, DeniedProcessListIsAnErrorNamedByNvml) {
+  Fake fake(kFull, "compute_denied");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_FALSE(snap.ok());
+  EXPECT_TRUE(contains(snap.error().message, "Fake: No permission (NVML code 4)")) << snap.error().message;
+}
+
+TEST(NvmlBackend, WithoutErrorStringCodesAreNamedByOwnTable) {
+  Fake fake(kLegacy, "compute_denied");
+  auto snap = make_nvml_backend(root(), options(kLegacy))->snapshot();
+  ASSERT_FALSE(snap.ok());
+  EXPECT_TRUE(contains(snap.error().message, "Insufficient Permissions (NVML code 4)")) << snap.error().message;
+}
+
+TEST(NvmlBackend, GraphicsNotSupportedIsAnEmptyGraphicsList) {
+  Fake fake(kFull, "graphics_unsupported");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  const std::vector<GpuProcess> compute_only{{100, kGiB}, {200, std::nullopt}};
+  EXPECT_EQ(snap->devices.at(0).processes, compute_only);
+}
+
+TEST(NvmlBackend, LostDeviceIsSkippedOthersKept) {
+  Fake fake(kFull, "handle_lost");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  ASSERT_EQ(snap->devices.size(), 1U);
+  EXPECT_EQ(snap->devices[0].index, 0U);
+}
+
+TEST(NvmlBackend, LibraryNotFoundHasNoDevicesAndSaysWhy) {
+  auto backend = make_nvml_backend(root(), options("/nonexistent/libnvidia-ml.so.1"));
+  const std::string reason = backend->unavailable_reason();
+  EXPECT_TRUE(contains(reason, "NVML: /nonexistent/libnvidia-ml.so.1 not found (")) << reason;
+  EXPECT_TRUE(contains(reason, "No such file")) << reason;
+  auto snap = backend->snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(*snap, GpuSnapshot{});
+}
+
+TEST(NvmlBackend, DriverNotLoadedHasNoDevicesAndSaysWhy) {
+  Fake fake(kFull, "init_fail");
+  auto backend = make_nvml_backend(root(), options(kFull));
+  const std::string reason = backend->unavailable_reason();
+  EXPECT_TRUE(contains(reason, "nvmlInit_v2 failed: Fake: Driver Not Loaded (NVML code 9)")) << reason;
+  auto snap = backend->snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(*snap, GpuSnapshot{});
+  backend.reset();
+  EXPECT_EQ(fake.calls("nvmlShutdown"), 0);  // init never succeeded
+}
+
+TEST(NvmlBackend, NoDevicesSaysSo) {
+  Fake fake(kFull, "no_devices");
+  auto backend = make_nvml_backend(root(), options(kFull));
+  EXPECT_TRUE(contains(backend->unavailable_reason(), "no GPUs")) << backend->unavailable_reason();
+  auto snap = backend->snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_TRUE(snap->devices.empty());
+}
+
+TEST(NvmlBackend, HangingCallTimesOutWithAnError) {
+  Fake fake(kFull, "hang");
+  auto backend = make_nvml_backend(root(), options(kFull, 200ms));
+  ASSERT_EQ(backend->unavailable_reason(), "");
+  const auto start = std::chrono::steady_clock::now();
+  auto snap = backend->snapshot();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(snap.ok());
+  const std::string& message = snap.error().message;
+  EXPECT_TRUE(contains(message, "nvmlDeviceGetComputeRunningProcesses_v3(GPU 0)")) << message;
+  EXPECT_TRUE(contains(message, "may be lost")) << message;
+  EXPECT_LT(took, 60s);  // it returned; the bound is loose on purpose
+  // NVML is not called again: the next snapshot fails at once, no second stuck thread.
+  auto again = backend->snapshot();
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().message, message);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 1);
+  backend.reset();  // must not block on the stuck call, nor shut NVML down under it
+  EXPECT_EQ(fake.calls("nvmlShutdown"), 0);
+}
+
+TEST(NvmlBackend, HangingInitTimesOut) {
+  Fake fake(kFull, "hang_init");
+  auto backend = make_nvml_backend(root(), options(kFull, 200ms));
+  const std::string reason = backend->unavailable_reason();
+  EXPECT_TRUE(contains(reason, "nvmlInit_v2 did not return")) << reason;
+  auto snap = backend->snapshot();  // unknown state, not "no GPUs"
+  ASSERT_FALSE(snap.ok());
+  EXPECT_EQ(snap.error().message, reason);
+}
+
+TEST(NvmlBackend, DeviceMatcherNamesNvidiaNodes) {
+  Fake fake(kFull, "");
+  auto backend = make_nvml_backend(root(), options(kFull));
+  const proc::DeviceMatcher m = backend->device_matcher();
+  auto has_node = [&m](const std::string& path) {
+    for (const auto& n : m.nodes) {
+      if (n.path == path) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_node("/dev/nvidia4"));
+  EXPECT_TRUE(has_node("/dev/nvidia5"));
+  EXPECT_TRUE(has_node("/dev/nvidiactl"));
+  EXPECT_TRUE(has_node("/dev/nvidia-uvm"));
+  EXPECT_FALSE(has_node("/dev/nvidia0"));  // minors, not indices
+  EXPECT_NE(std::find(m.majors.begin(), m.majors.end(), 195U), m.majors.end());
+}
+
+}  // namespace
+}  // namespace gpureap::gpu
