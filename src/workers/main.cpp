@@ -322,18 +322,33 @@ int mode_zombie_maker(const Options& o) {
 }
 
 int mode_spawn_tree(const Options& o) {
+  // Each child writes one byte once it is set up (after setsid), so the ready
+  // line is true when printed.
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail(gpureap::sys::errno_error(errno, "pipe2"), o);
   std::vector<pid_t> kids;
   for (unsigned i = 0; i < o.count; ++i) {
     pid_t c = ::fork();
     if (c < 0) return fail(gpureap::sys::errno_error(errno, "fork"), o);
     if (c == 0) {
+      ::close(p[0]);
       if (o.setsid && ::setsid() < 0) ::_exit(kExitError);
+      char ok = 1;
+      [[maybe_unused]] ssize_t n = ::write(p[1], &ok, 1);
+      ::close(p[1]);
       pause_forever();
     }
     kids.push_back(c);
   }
-  // setsid() in a child may not have run yet; the caller that cares checks the
-  // session in /proc. The pids themselves are final.
+  ::close(p[1]);
+  for (unsigned got = 0; got < o.count;) {
+    char buf[64];
+    ssize_t n = ::read(p[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(Error{0, "a spawn-tree child died before it was ready"}, o);
+    got += static_cast<unsigned>(n);
+  }
+  ::close(p[0]);
   emit("{\"mode\":\"spawn-tree\",\"pid\":" + std::to_string(::getpid()) + ",\"children\":" + pid_list(kids) +
        ",\"setsid\":" + (o.setsid ? "true" : "false") + "}");
   pause_forever();
