@@ -16,6 +16,8 @@
 // after the backend object is gone.
 #include "gpu/nvml_backend.hpp"
 
+#include "gpu/device_nodes.hpp"
+
 #include <dlfcn.h>
 #include <sys/sysmacros.h>
 
@@ -637,18 +639,22 @@ class NvmlBackend final : public GpuBackend {
   }
 
   [[nodiscard]] proc::DeviceMatcher device_matcher() const override {
-    // Device nodes as the driver names them; major 195 catches the rest.
+    // The nodes found under the host root, plus what NVML told us in case
+    // /dev is not visible there (a container without the host's /dev): the
+    // driver's fixed numbers are known (FACTS.md), nvidia-uvm's major is not.
     constexpr unsigned kNvidiaMajor = 195;
     constexpr unsigned kCtlMinor = 255;
-    proc::DeviceMatcher m;
-    for (unsigned minor : minors_) {
-      m.nodes.push_back(proc::DeviceNode{"nvidia" + std::to_string(minor), "/dev/nvidia" + std::to_string(minor),
-                                         makedev(kNvidiaMajor, minor)});
+    proc::DeviceMatcher m = real_device_matcher(root_);
+    auto add = [&m](const std::string& name, std::optional<dev_t> rdev) {
+      bool known = std::any_of(m.nodes.begin(), m.nodes.end(), [&name](const auto& n) { return n.name == name; });
+      if (!known) m.nodes.push_back(proc::DeviceNode{name, "/dev/" + name, rdev});
+    };
+    for (unsigned minor : minors_) add("nvidia" + std::to_string(minor), makedev(kNvidiaMajor, minor));
+    add("nvidiactl", makedev(kNvidiaMajor, kCtlMinor));
+    add("nvidia-uvm", std::nullopt);
+    if (std::find(m.majors.begin(), m.majors.end(), kNvidiaMajor) == m.majors.end()) {
+      m.majors.insert(m.majors.begin(), kNvidiaMajor);
     }
-    m.nodes.push_back(proc::DeviceNode{"nvidiactl", "/dev/nvidiactl", makedev(kNvidiaMajor, kCtlMinor)});
-    // nvidia-uvm's major is dynamic (/proc/devices): matched by path only.
-    m.nodes.push_back(proc::DeviceNode{"nvidia-uvm", "/dev/nvidia-uvm", std::nullopt});
-    m.majors.push_back(kNvidiaMajor);
     return m;
   }
 

@@ -2,7 +2,8 @@
 // several .so variants that export fewer symbols (compile definitions
 // FAKE_NVML_NO_*), so the backend's fallbacks meet real missing symbols.
 // Behaviour is picked by FAKE_NVML_SCENARIO (comma-separated flags), read at
-// nvmlInit; state is file-static because this is a test double.
+// nvmlInit; state is file-static because this is a test double, and
+// fake_nvml_reset() clears it between tests that share one process.
 //
 // Default world: driver "580.159.04", two GPUs (minors 4 and 5).
 //   GPU 0: compute {100: 1 GiB, 200: not available}, graphics {100: 1 GiB, 300: 512 MiB};
@@ -17,6 +18,7 @@
 //                     more process than the buffer holds
 //   grow_forever      GPU 0 compute always needs more room than given
 //   bad_stride_v3     the _v3 calls write 32-byte entries (drivers 535.43-535.86)
+//   fill_buffer       GPU 0 compute: as many processes as the buffer given holds
 //   zero_pid          every process call lists a process with pid 0
 //   compute_denied    every compute call returns 4 (no permission)
 //   graphics_unsupported every graphics call returns 3
@@ -143,6 +145,9 @@ std::vector<Proc> compute_list(unsigned dev, bool with_buffer, unsigned capacity
   if (has("grow") && with_buffer) procs.push_back({201, 3 * kMiB});
   // A process starts between every two calls, beyond whatever room was given.
   bool outgrow = has("grow_forever") || (has("grow_past_headroom") && calls <= 2);
+  if (has("fill_buffer") && with_buffer) {
+    for (unsigned pid = 2000; procs.size() < capacity; ++pid) procs.push_back({pid, kMiB});
+  }
   if (outgrow && with_buffer) {
     for (unsigned pid = 1000; procs.size() <= capacity; ++pid) procs.push_back({pid, kMiB});
   }
@@ -230,6 +235,12 @@ __attribute__((visibility("default"))) int fake_nvml_calls(const char* name) {
   std::lock_guard lock(state().mutex);
   auto it = state().calls.find(name);
   return it == state().calls.end() ? 0 : it->second;
+}
+// Starts a test afresh when several run in one process (counters, release).
+__attribute__((visibility("default"))) void fake_nvml_reset() {
+  std::lock_guard lock(state().mutex);
+  state().calls.clear();
+  state().released = false;
 }
 __attribute__((visibility("default"))) void fake_nvml_release() {
   std::lock_guard lock(state().mutex);

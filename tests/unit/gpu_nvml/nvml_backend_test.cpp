@@ -3,9 +3,13 @@
 // and calls that never return. Scenarios are documented in fake_nvml.cpp.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -39,6 +43,7 @@ class Fake {
     calls_ = reinterpret_cast<int (*)(const char*)>(::dlsym(handle_, "fake_nvml_calls"));
     release_ = reinterpret_cast<void (*)()>(::dlsym(handle_, "fake_nvml_release"));
     blocked_ = reinterpret_cast<int (*)()>(::dlsym(handle_, "fake_nvml_blocked"));
+    reinterpret_cast<void (*)()>(::dlsym(handle_, "fake_nvml_reset"))();
   }
   Fake(const Fake&) = delete;
   Fake& operator=(const Fake&) = delete;
@@ -195,6 +200,18 @@ TEST(NvmlBackend, V3WrittenAt32ByteStrideFallsBackToV2) {
   EXPECT_GT(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 0);
 }
 
+// A buggy _v3 filling the whole buffer writes 32 bytes per entry: the buffer
+// has room for that (ASan would report the overrun otherwise).
+TEST(NvmlBackend, V3StrideBugCannotOverrunAFullBuffer) {
+  Fake fake(kFull, "bad_stride_v3,fill_buffer");
+  auto snap = make_nvml_backend(root(), options(kFull))->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  const auto& procs = snap->devices.at(0).processes;
+  EXPECT_GT(procs.size(), 3U);
+  EXPECT_EQ(procs.front(), (GpuProcess{100, kGiB}));
+  EXPECT_GT(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 0);
+}
+
 TEST(NvmlBackend, BadStrideWithNothingOlderIsAnError) {
   Fake fake(kV3Only, "bad_stride_v3");
   auto snap = make_nvml_backend(root(), options(kV3Only))->snapshot();
@@ -309,22 +326,39 @@ TEST(NvmlBackend, HangingInitTimesOut) {
   EXPECT_EQ(snap.error().message, reason);
 }
 
-TEST(NvmlBackend, DeviceMatcherNamesNvidiaNodes) {
+// A host root with one node on disk and /proc/devices, and NVML's minors 4 and 5.
+TEST(NvmlBackend, DeviceMatcherJoinsHostNodesAndNvmlMinors) {
+  char dir[] = "/tmp/gpu_nvml_root.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string base = dir;
+  ASSERT_EQ(::mkdir((base + "/dev").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((base + "/proc").c_str(), 0755), 0);
+  std::ofstream(base + "/dev/nvidia9") << "";
+  std::ofstream(base + "/proc/devices") << "Character devices:\n195 nvidia-frontend\n511 nvidia-uvm\n\nBlock devices:\n";
+  auto host = sys::HostRoot::open(base);
+  ASSERT_TRUE(host.ok());
+
   Fake fake(kFull, "");
-  auto backend = make_nvml_backend(root(), options(kFull));
+  auto backend = make_nvml_backend(*host, options(kFull));
   const proc::DeviceMatcher m = backend->device_matcher();
-  auto has_node = [&m](const std::string& path) {
+  auto node = [&m](const std::string& path) -> const proc::DeviceNode* {
     for (const auto& n : m.nodes) {
-      if (n.path == path) return true;
+      if (n.path == path) return &n;
     }
-    return false;
+    return nullptr;
   };
-  EXPECT_TRUE(has_node("/dev/nvidia4"));
-  EXPECT_TRUE(has_node("/dev/nvidia5"));
-  EXPECT_TRUE(has_node("/dev/nvidiactl"));
-  EXPECT_TRUE(has_node("/dev/nvidia-uvm"));
-  EXPECT_FALSE(has_node("/dev/nvidia0"));  // minors, not indices
+  EXPECT_NE(node("/dev/nvidia9"), nullptr);  // found under the root
+  ASSERT_NE(node("/dev/nvidia4"), nullptr);  // from NVML's minors
+  EXPECT_EQ(node("/dev/nvidia4")->rdev, makedev(195, 4));
+  EXPECT_NE(node("/dev/nvidia5"), nullptr);
+  EXPECT_EQ(node("/dev/nvidia0"), nullptr);  // minors, not indices
+  ASSERT_NE(node("/dev/nvidiactl"), nullptr);
+  EXPECT_EQ(node("/dev/nvidiactl")->rdev, makedev(195, 255));
+  EXPECT_NE(node("/dev/nvidia-uvm"), nullptr);
   EXPECT_NE(std::find(m.majors.begin(), m.majors.end(), 195U), m.majors.end());
+  EXPECT_NE(std::find(m.majors.begin(), m.majors.end(), 511U), m.majors.end());  // nvidia-uvm's dynamic major
+
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace
