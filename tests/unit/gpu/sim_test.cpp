@@ -3,10 +3,12 @@
 // every child is killed and reaped by a guard even when an assertion fails.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -210,6 +212,40 @@ TEST_F(GpuSim, InProcessContextAndStaleFilesOfDeadPids) {
   }
   // Context destroyed in this process = its descriptors closed: released.
   EXPECT_TRUE(snap().devices[0].processes.empty());
+}
+
+// A creator in its own PID namespace names the file with its local pid (1);
+// while it lives the backend reports its pid as our /proc shows it, as NVML
+// called from the host namespace does (FACTS.md: "NSpid: 595 1").
+TEST_F(GpuSim, CreatorInPidNamespaceIsReportedByHostPid) {
+  testing::Pipe pid_pipe;
+  testing::Pipe ready;
+  pid_t outer = ::fork();
+  if (outer == 0) {
+    if (::unshare(CLONE_NEWPID) != 0) {
+      testing::write_value<pid_t>(pid_pipe.w(), -errno);
+      pause_forever();
+    }
+    pid_t init = ::fork();  // pid 1 of the new namespace
+    if (init == 0) {
+      auto ctx = sim::create_context(dir_, 0, 3 * kMiB);
+      testing::write_value<int>(ready.w(), ctx.ok() && ::getpid() == 1 ? 1 : 0);
+      pause_forever();
+    }
+    testing::write_value<pid_t>(pid_pipe.w(), init);  // as our namespace sees it
+    pause_forever();
+  }
+  kids_.add(outer);
+  pid_pipe.close_write();
+  ready.close_write();
+  auto inner = testing::read_value<pid_t>(pid_pipe.r());
+  ASSERT_TRUE(inner);
+  if (*inner < 0) GTEST_SKIP() << "unshare(CLONE_NEWPID): " << std::strerror(-*inner);
+  kids_.add(*inner);
+  ASSERT_EQ(testing::read_value<int>(ready.r()), 1);
+  auto s = snap();
+  ASSERT_EQ(s.devices[0].processes.size(), 1U);
+  EXPECT_EQ(s.devices[0].processes[0], (GpuProcess{static_cast<std::uint32_t>(*inner), 3 * kMiB}));
 }
 
 TEST_F(GpuSim, MissingDeviceIsError) {
