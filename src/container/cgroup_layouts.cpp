@@ -10,27 +10,6 @@
 
 namespace gpureap::container {
 
-std::string_view to_string(Runtime r) {
-  switch (r) {
-    case Runtime::containerd: return "containerd";
-    case Runtime::crio: return "crio";
-    case Runtime::docker: return "docker";
-    case Runtime::nerdctl: return "nerdctl";
-    case Runtime::unknown: break;
-  }
-  return "unknown";
-}
-
-std::string_view to_string(Qos q) {
-  switch (q) {
-    case Qos::guaranteed: return "guaranteed";
-    case Qos::burstable: return "burstable";
-    case Qos::besteffort: return "besteffort";
-    case Qos::none: break;
-  }
-  return "none";
-}
-
 namespace {
 
 // What the container segment's parent must be for a row to match.

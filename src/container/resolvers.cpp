@@ -76,16 +76,21 @@ class ContainerdResolver final : public PodResolver {
   explicit ContainerdResolver(sys::HostRoot root) : root_(std::move(root)) {}
   std::string_view name() const override { return "containerd"; }
   std::optional<PodMeta> resolve(const ContainerRef& ref) const override try {
-    static constexpr std::string_view kTasks = "run/containerd/io.containerd.runtime.v2.task";
-    // Kubernetes' namespace first (the common case, one lookup), then the
-    // others present: "moby" (docker's), "default" (nerdctl, ctr), custom ones.
-    std::vector<std::string> namespaces{"k8s.io"};
-    for (auto& ns : list_dir(root_, kTasks)) {
-      if (ns != "k8s.io") namespaces.push_back(std::move(ns));
-    }
-    for (const auto& ns : namespaces) {
-      const std::string rel = std::string(kTasks) + "/" + ns + "/" + ref.id + "/config.json";
-      if (auto m = parse_file(root_, rel, parse_containerd_spec)) return m;
+    // containerd's state dir, and k3s/rke2's embedded containerd's.
+    static constexpr std::array<std::string_view, 2> kTaskRoots{
+        "run/containerd/io.containerd.runtime.v2.task",
+        "run/k3s/containerd/io.containerd.runtime.v2.task"};
+    for (const auto tasks : kTaskRoots) {
+      // Kubernetes' namespace first (the common case, one lookup), then the
+      // others present: "moby" (docker's), "default" (nerdctl, ctr), custom ones.
+      std::vector<std::string> namespaces{"k8s.io"};
+      for (auto& ns : list_dir(root_, tasks)) {
+        if (ns != "k8s.io") namespaces.push_back(std::move(ns));
+      }
+      for (const auto& ns : namespaces) {
+        const std::string rel = std::string(tasks) + "/" + ns + "/" + ref.id + "/config.json";
+        if (auto m = parse_file(root_, rel, parse_containerd_spec)) return m;
+      }
     }
     return std::nullopt;
   } catch (const std::exception&) {

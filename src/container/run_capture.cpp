@@ -43,15 +43,29 @@ int wait_blocking(pid_t pid) {
 struct SpawnSetup {
   posix_spawn_file_actions_t actions{};
   posix_spawnattr_t attr{};
-  bool ok = false;
-  SpawnSetup() { ok = posix_spawn_file_actions_init(&actions) == 0 && posix_spawnattr_init(&attr) == 0; }
+  bool actions_ok = false;
+  bool attr_ok = false;
+  SpawnSetup()
+      : actions_ok(posix_spawn_file_actions_init(&actions) == 0),
+        attr_ok(posix_spawnattr_init(&attr) == 0) {}
   SpawnSetup(const SpawnSetup&) = delete;
   SpawnSetup& operator=(const SpawnSetup&) = delete;
   ~SpawnSetup() {
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
+    if (actions_ok) posix_spawn_file_actions_destroy(&actions);
+    if (attr_ok) posix_spawnattr_destroy(&attr);
   }
 };
+
+// A caller started with stdin/stdout closed (an NPD plugin, a hook) can get
+// pipe fds 0-2; the child's redirections onto 0-2 would then clobber them, or
+// be a dup2(fd, fd) that leaves FD_CLOEXEC set on libcs older than POSIX 2024's
+// rule (glibc >= 2.35 clears it). Move such an fd above stdio first.
+sys::UniqueFd above_stdio(sys::UniqueFd fd) {
+  if (fd.get() > 2) return fd;
+  const int moved = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3);
+  if (moved < 0) return sys::UniqueFd();
+  return sys::UniqueFd(moved);
+}
 
 }  // namespace
 
@@ -62,11 +76,12 @@ sys::Result<Captured> run_capture(const std::vector<std::string>& argv,
 
   int fds[2] = {-1, -1};
   if (::pipe2(fds, O_CLOEXEC) != 0) return sys::errno_error(errno, "pipe for " + what);
-  sys::UniqueFd rd(fds[0]);
-  sys::UniqueFd wr(fds[1]);
+  sys::UniqueFd rd = above_stdio(sys::UniqueFd(fds[0]));
+  sys::UniqueFd wr = above_stdio(sys::UniqueFd(fds[1]));
+  if (!rd || !wr) return sys::errno_error(errno, "pipe for " + what);
 
   SpawnSetup setup;
-  if (!setup.ok) return sys::Error{ENOMEM, "posix_spawn setup for " + what};
+  if (!setup.actions_ok || !setup.attr_ok) return sys::Error{ENOMEM, "posix_spawn setup for " + what};
   posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&setup.actions, wr.get(), 1);
   posix_spawn_file_actions_addopen(&setup.actions, 2, "/dev/null", O_WRONLY, 0);

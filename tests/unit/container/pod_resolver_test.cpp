@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -110,6 +111,13 @@ TEST(ContainerdResolver, OtherNamespacesAreListed) {
   const auto m = make_containerd_resolver(open_root("node"))->resolve(ref(kNerdctl));
   ASSERT_TRUE(m);
   EXPECT_EQ(m->container_name, "dev-shell");
+}
+
+TEST(ContainerdResolver, K3sStateDir) {
+  const auto m = make_containerd_resolver(open_root("node"))->resolve(ref(kCrictl));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->pod_name, "tei-embed-6c9f7d8b5-q4wzl");
+  EXPECT_EQ(m->container_name, "embedder");
 }
 
 TEST(ContainerdResolver, NamelessMobyTaskLeavesItToDocker) {
@@ -391,6 +399,26 @@ TEST(RunCapture, ClosedStdoutButStillRunningTimesOut) {
   const auto cap = run_capture({tmp.script("detach", "exec >/dev/null\nsleep 30\n")}, milliseconds(300));
   ASSERT_FALSE(cap.ok());
   EXPECT_EQ(cap.error().code, ETIMEDOUT);
+}
+
+TEST(RunCapture, CallerWithStdinAndStdoutClosed) {
+  // The pipe then lands on fds 0 and 1; the child must still get its stdout.
+  TempDir tmp;
+  const std::string exe = tmp.script("hi", "echo hi\n");
+  std::fflush(stdout);
+  const int saved_in = ::dup(0);
+  const int saved_out = ::dup(1);
+  ASSERT_GE(saved_in, 0);
+  ASSERT_GE(saved_out, 0);
+  ::close(0);
+  ::close(1);
+  const auto cap = run_capture({exe}, milliseconds(5000));
+  ::dup2(saved_in, 0);
+  ::dup2(saved_out, 1);
+  ::close(saved_in);
+  ::close(saved_out);
+  ASSERT_TRUE(cap.ok()) << cap.error().message;
+  EXPECT_EQ(cap->out, "hi\n");
 }
 
 TEST(RunCapture, ExitCode) {
