@@ -1,6 +1,7 @@
 #include "gpu/basic_backends.hpp"
 
 #include <fcntl.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 
@@ -12,6 +13,7 @@ namespace gpureap::gpu {
 namespace {
 
 constexpr unsigned kNvidiaMajor = 195;  // nvidiaN, nvidiactl (255), nvidia-modeset (254)
+constexpr unsigned kCtlMinor = 255;
 
 sys::Result<GpuSnapshot> load(const std::string& path) {
   auto text = sys::read_file_at(AT_FDCWD, path.c_str(), path);
@@ -29,15 +31,17 @@ class JsonBackend final : public GpuBackend {
 
   [[nodiscard]] proc::DeviceMatcher device_matcher() const override {
     proc::DeviceMatcher m = real_device_matcher(root_);
-    auto add = [&m](const std::string& n) {
+    // Nodes the host root lacks are added with the driver's fixed numbers
+    // (FACTS.md); nvidia-uvm's major is dynamic, so it is matched by path only.
+    auto add = [&m](const std::string& n, std::optional<dev_t> rdev) {
       bool known = std::any_of(m.nodes.begin(), m.nodes.end(), [&](const auto& node) { return node.name == n; });
-      if (!known) m.nodes.push_back(proc::DeviceNode{n, "/dev/" + n, std::nullopt});
+      if (!known) m.nodes.push_back(proc::DeviceNode{n, "/dev/" + n, rdev});
     };
     for (const auto& d : first_.devices) {
-      if (d.minor) add("nvidia" + std::to_string(*d.minor));
+      if (d.minor) add("nvidia" + std::to_string(*d.minor), makedev(kNvidiaMajor, *d.minor));
     }
-    add("nvidiactl");
-    add("nvidia-uvm");
+    add("nvidiactl", makedev(kNvidiaMajor, kCtlMinor));
+    add("nvidia-uvm", std::nullopt);
     if (std::find(m.majors.begin(), m.majors.end(), kNvidiaMajor) == m.majors.end()) {
       m.majors.insert(m.majors.begin(), kNvidiaMajor);
     }

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -29,6 +30,14 @@ TEST(GpuJsonBackend, ReplaysFile) {
     return std::any_of(m.nodes.begin(), m.nodes.end(), [&](const auto& node) { return node.name == n; });
   };
   EXPECT_TRUE(has("nvidia0"));  // minor 0 of the replayed device
+  for (const auto& n : m.nodes) {
+    if (n.name == "nvidia0") {
+      EXPECT_EQ(n.rdev, makedev(195, 0));
+    }
+    if (n.name == "nvidiactl") {
+      EXPECT_EQ(n.rdev, makedev(195, 255));
+    }
+  }
   EXPECT_TRUE(has("nvidiactl"));
   EXPECT_TRUE(has("nvidia-uvm"));
   EXPECT_NE(std::find(m.majors.begin(), m.majors.end(), 195U), m.majors.end());
