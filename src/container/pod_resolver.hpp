@@ -2,7 +2,8 @@
 // one resolver per source of runtime state (containerd, CRI-O, docker, crictl,
 // kubelet log dirs), one factory that fixes their order; the first resolver
 // that answers wins. Every resolver reads under the host root and returns
-// nullopt (never throws) on missing or malformed state.
+// nullopt (never throws) on missing or malformed state. Resolvers hold no
+// mutable state, so one set may be shared by scanning threads.
 #pragma once
 
 #include <chrono>
