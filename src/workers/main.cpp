@@ -58,6 +58,8 @@ Common options:
                     $GPUREAP_HOST_ROOT/run/gpureap/sim, else /run/gpureap/sim)
   --sim-devices N   devices created when hold/fork-after-init find the sim
                     directory uninitialised (default 1)
+--gpu cuda loads libcuda.so.1 with dlopen; on a real GPU host run the
+gpureap-worker-dynamic build (a static binary cannot reliably dlopen libcuda).
 B accepts the suffixes K, M, G (binary).  Exit codes: 0 ok, 1 error,
 2 libcuda.so.1 missing (--gpu cuda), 64 usage.
 )";
