@@ -1,0 +1,334 @@
+#include "proc/scan.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+#include <thread>
+
+#include "proc/parse.hpp"
+#include "sys/unique_fd.hpp"
+
+namespace gpureap::proc {
+namespace {
+
+enum class Outcome { ok, vanished, denied, malformed };
+
+Outcome classify_errno(int err) {
+  if (err == ENOENT || err == ESRCH) return Outcome::vanished;
+  if (err == EACCES || err == EPERM) return Outcome::denied;
+  return Outcome::malformed;  // ENOTDIR, EIO, ... on one pid: not a reason to stop
+}
+
+// Parses "<digits>" into a positive pid; anything else is not a process entry.
+std::optional<pid_t> pid_from_name(const char* name) {
+  pid_t v = 0;
+  if (*name == '\0') return std::nullopt;
+  for (const char* p = name; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9') return std::nullopt;
+    if (v > (0x7fffffff - 9) / 10) return std::nullopt;
+    v = v * 10 + (*p - '0');
+  }
+  if (v <= 0) return std::nullopt;
+  return v;
+}
+
+// Walks the entries of one getdents64 buffer. dirent64 is read field by field
+// with memcpy: the kernel packs records at 8-byte steps, but we do not rely on it.
+template <class Fn>
+void for_each_dirent(const char* buf, std::size_t len, Fn&& fn) {
+  std::size_t off = 0;
+  while (off + offsetof(struct dirent64, d_name) < len) {
+    unsigned short reclen = 0;
+    std::memcpy(&reclen, buf + off + offsetof(struct dirent64, d_reclen), sizeof reclen);
+    if (reclen == 0 || off + reclen > len) return;
+    fn(buf + off + offsetof(struct dirent64, d_name));
+    off += reclen;
+  }
+}
+
+// Lists a directory fd with getdents64; fn(name) per entry, "." and ".." skipped.
+// Returns 0 or the errno of the failing call.
+template <class Fn>
+int list_dir(int dir_fd, std::vector<char>& buf, Fn&& fn) {
+  for (;;) {
+    ssize_t n = ::getdents64(dir_fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return 0;
+    for_each_dirent(buf.data(), static_cast<std::size_t>(n), [&](const char* name) {
+      if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) return;
+      fn(name);
+    });
+  }
+}
+
+// Per-worker state: buffers reused across pids so the hot path does not allocate.
+struct Reader {
+  const sys::HostRoot& root;
+  const ScanOptions& options;
+  std::vector<char> dents = std::vector<char>(32768);
+  std::string text;
+  bool need_stat = false;  // some node has an rdev, or majors are given
+
+  Reader(const sys::HostRoot& r, const ScanOptions& o) : root(r), options(o) {
+    if (o.devices != nullptr) {
+      need_stat = !o.devices->majors.empty();
+      for (const auto& n : o.devices->nodes) need_stat = need_stat || n.rdev.has_value();
+    }
+  }
+
+  // Reads `name` under dir_fd into `text`. Returns 0 or errno.
+  int read_into(int dir_fd, const char* name) {
+    int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    sys::UniqueFd owned(fd);
+    text.clear();
+    std::size_t used = 0;
+    for (;;) {
+      if (text.size() - used < 4096) text.resize(used + 4096);
+      ssize_t n = ::read(fd, text.data() + used, text.size() - used);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        text.clear();
+        return err;
+      }
+      if (n == 0) break;
+      used += static_cast<std::size_t>(n);
+    }
+    text.resize(used);
+    return 0;
+  }
+
+  // A parse failure on a process that is gone meanwhile is a vanish, not garbage.
+  static Outcome gone_or_malformed(int pid_fd) {
+    struct stat st {};
+    if (::fstatat(pid_fd, "stat", &st, 0) != 0 && (errno == ENOENT || errno == ESRCH)) {
+      return Outcome::vanished;
+    }
+    return Outcome::malformed;
+  }
+
+  void scan_fds(int pid_fd, Process& p) {
+    int fd = ::openat(pid_fd, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;  // fds_readable stays false
+    sys::UniqueFd fd_dir(fd);
+    const DeviceMatcher* m = options.devices;
+    const bool match = m != nullptr && !m->empty();
+    std::vector<unsigned> node_counts(match ? m->nodes.size() : 0, 0);
+    std::vector<std::pair<dev_t, unsigned>> by_major;  // devices known only by major
+    unsigned count = 0;
+    char link[4096];
+    int err = list_dir(fd, dents, [&](const char* name) {
+      ++count;
+      if (!match) return;
+      ssize_t n = ::readlinkat(fd, name, link, sizeof link);
+      if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return;  // gone or cut: no match
+      std::string_view target(link, static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < m->nodes.size(); ++i) {
+        if (target == m->nodes[i].path) {  // by path: counts even without rdev (simulated device)
+          ++node_counts[i];
+          return;
+        }
+      }
+      // stat only device paths: it is the expensive call, and only char devices matter.
+      if (!need_stat || target.substr(0, 5) != "/dev/") return;
+      struct stat st {};
+      if (::fstatat(fd, name, &st, 0) != 0 || !S_ISCHR(st.st_mode)) return;
+      for (std::size_t i = 0; i < m->nodes.size(); ++i) {
+        if (m->nodes[i].rdev && *m->nodes[i].rdev == st.st_rdev) {
+          ++node_counts[i];
+          return;
+        }
+      }
+      unsigned maj = ::major(st.st_rdev);
+      if (std::find(m->majors.begin(), m->majors.end(), maj) == m->majors.end()) return;
+      for (auto& [rdev, c] : by_major) {
+        if (rdev == st.st_rdev) {
+          ++c;
+          return;
+        }
+      }
+      by_major.emplace_back(st.st_rdev, 1);
+    });
+    if (err != 0) return;  // a listing cut by exit or denial is not a reliable count
+    p.fds_readable = true;
+    p.fd_count = count;
+    for (std::size_t i = 0; i < node_counts.size(); ++i) {
+      if (node_counts[i] > 0) p.gpu_fds.push_back(DeviceUse{m->nodes[i].name, node_counts[i]});
+    }
+    std::sort(by_major.begin(), by_major.end());
+    for (const auto& [rdev, c] : by_major) {
+      p.gpu_fds.push_back(DeviceUse{
+          "nvidia-" + std::to_string(::major(rdev)) + ":" + std::to_string(::minor(rdev)), c});
+    }
+  }
+
+  Outcome read(pid_t pid, Process& p, std::string* why) {
+    char path[32];
+    std::snprintf(path, sizeof path, "proc/%d", pid);
+    int pfd = ::openat(root.dir_fd(), path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) {
+      int err = errno;
+      if (why != nullptr) *why = std::string("open ") + path + ": " + std::strerror(err);
+      return classify_errno(err);
+    }
+    sys::UniqueFd pid_fd(pfd);
+
+    // stat first: it carries the start time that identifies this process.
+    if (int err = read_into(pfd, "stat"); err != 0) {
+      if (why != nullptr) *why = std::string("read ") + path + "/stat: " + std::strerror(err);
+      return classify_errno(err);
+    }
+    auto st = parse_stat(text);
+    if (!st || st->pid != pid) {
+      if (why != nullptr) *why = std::string("unparsable ") + path + "/stat";
+      return gone_or_malformed(pfd);
+    }
+    if (int err = read_into(pfd, "status"); err != 0) {
+      if (why != nullptr) *why = std::string("read ") + path + "/status: " + std::strerror(err);
+      return classify_errno(err);
+    }
+    auto status = parse_status(text);
+    // Tgid (thread → process) and the real uid are what callers act on: without them the entry is unusable.
+    if (!status || !status->tgid || !status->uid) {
+      if (why != nullptr) *why = std::string("unparsable ") + path + "/status";
+      return gone_or_malformed(pfd);
+    }
+
+    p.pid = pid;
+    p.tgid = *status->tgid;
+    p.ppid = st->ppid;
+    p.pgrp = st->pgrp;
+    p.session = st->session;
+    p.uid = *status->uid;
+    p.state = st->state;
+    p.nspid = std::move(status->nspid);
+    p.start_time = st->start_time;
+    p.comm = std::move(st->comm);
+    if (p.comm.empty() && status->name) p.comm = std::move(*status->name);
+
+    // The rest is best effort: a zombie has no cmdline, environ may be denied.
+    if (read_into(pfd, "cmdline") == 0) p.cmdline = parse_cmdline(text);
+    if (read_into(pfd, "cgroup") == 0) p.cgroups = parse_cgroup(text);
+    if (!options.env_keys.empty() && read_into(pfd, "environ") == 0) {
+      p.env = parse_environ(text, options.env_keys);
+    }
+    if (options.read_fds) scan_fds(pfd, p);
+    return Outcome::ok;
+  }
+};
+
+struct WorkerResult {
+  std::vector<Process> processes;
+  ScanStats stats;
+};
+
+void count(ScanStats& stats, Outcome o) {
+  switch (o) {
+    case Outcome::ok: ++stats.scanned; break;
+    case Outcome::vanished: ++stats.vanished; break;
+    case Outcome::denied: ++stats.denied; break;
+    case Outcome::malformed: ++stats.malformed; break;
+  }
+}
+
+void scan_some(const sys::HostRoot& root, const ScanOptions& options, const std::vector<pid_t>& pids,
+               std::atomic<std::size_t>& next, WorkerResult& out) {
+  Reader reader(root, options);
+  constexpr std::size_t kChunk = 32;  // small enough to balance, large enough to keep the atomic cold
+  for (;;) {
+    std::size_t begin = next.fetch_add(kChunk, std::memory_order_relaxed);
+    if (begin >= pids.size()) return;
+    std::size_t end = std::min(begin + kChunk, pids.size());
+    for (std::size_t i = begin; i < end; ++i) {
+      Process p;
+      Outcome o = reader.read(pids[i], p, nullptr);
+      count(out.stats, o);
+      if (o == Outcome::ok) out.processes.push_back(std::move(p));
+    }
+  }
+}
+
+}  // namespace
+
+sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOptions& options) {
+  int fd = ::openat(root.dir_fd(), "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return sys::errno_error(errno, "open " + root.join("proc"));
+  sys::UniqueFd proc_dir(fd);
+  std::vector<pid_t> pids;
+  std::vector<char> buf(32768);
+  int err = list_dir(fd, buf, [&](const char* name) {
+    if (auto pid = pid_from_name(name)) pids.push_back(*pid);
+  });
+  if (err != 0) return sys::errno_error(err, "list " + root.join("proc"));
+  std::sort(pids.begin(), pids.end());
+
+  ProcessTable table;
+  table.stats.listed = static_cast<unsigned>(pids.size());
+  unsigned nthreads = std::max(1u, options.threads);
+  // No more workers than pids: an idle thread costs a clone for nothing.
+  nthreads = static_cast<unsigned>(std::min<std::size_t>(nthreads, std::max<std::size_t>(1, pids.size())));
+  std::vector<WorkerResult> results(nthreads);
+  std::atomic<std::size_t> next{0};
+  if (nthreads == 1) {
+    scan_some(root, options, pids, next, results[0]);
+  } else {
+    std::vector<std::thread> workers;
+    workers.reserve(nthreads);
+    for (unsigned t = 0; t < nthreads; ++t) {
+      workers.emplace_back(scan_some, std::cref(root), std::cref(options), std::cref(pids), std::ref(next),
+                           std::ref(results[t]));
+    }
+    for (auto& w : workers) w.join();
+  }
+
+  std::size_t total = 0;
+  for (const auto& r : results) total += r.processes.size();
+  table.processes.reserve(total);
+  for (auto& r : results) {
+    for (auto& p : r.processes) table.processes.push_back(std::move(p));
+    table.stats.scanned += r.stats.scanned;
+    table.stats.vanished += r.stats.vanished;
+    table.stats.denied += r.stats.denied;
+    table.stats.malformed += r.stats.malformed;
+  }
+  std::sort(table.processes.begin(), table.processes.end(),
+            [](const Process& a, const Process& b) { return a.pid < b.pid; });
+  return table;
+}
+
+sys::Result<Process> read_process(const sys::HostRoot& root, pid_t pid, const ScanOptions& options) {
+  if (pid <= 0) return sys::Error{EINVAL, "read_process: pid " + std::to_string(pid)};
+  Reader reader(root, options);
+  std::string why;
+  Process p;
+  Outcome o = reader.read(pid, p, &why);
+  // A thread id: describe its thread group, whose leader's start time is the identity.
+  if (o == Outcome::ok && p.tgid != pid && p.tgid > 0) {
+    pid_t leader = p.tgid;
+    p = Process{};
+    o = reader.read(leader, p, &why);
+  }
+  switch (o) {
+    case Outcome::ok: return p;
+    case Outcome::vanished: return sys::Error{ESRCH, why};
+    case Outcome::denied: return sys::Error{EACCES, why};
+    case Outcome::malformed: return sys::Error{EBADMSG, why};
+  }
+  return sys::Error{EBADMSG, why};
+}
+
+}  // namespace gpureap::proc

@@ -1,0 +1,48 @@
+// The process scan: one Process per thread-group leader under <root>/proc.
+// A scan never fails because of one pid: processes vanish, some are denied to
+// us, some files are half-written; those are skipped and counted in ScanStats.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "proc/device_matcher.hpp"
+#include "proc/process.hpp"
+#include "sys/error.hpp"
+#include "sys/host_root.hpp"
+
+namespace gpureap::proc {
+
+struct ScanOptions {
+  const DeviceMatcher* devices = nullptr;  // nullptr or empty: gpu_fds stays empty
+  std::vector<std::string> env_keys;       // environ is read only when non-empty
+  unsigned threads = 1;                    // > 1: pids split across std::thread workers
+  bool read_fds = true;                    // false: fd_count 0, fds_readable false
+};
+
+struct ScanStats {
+  unsigned listed = 0;     // numeric entries in <root>/proc
+  unsigned scanned = 0;    // entries returned
+  unsigned vanished = 0;   // gone between listing and reading (ENOENT/ESRCH)
+  unsigned denied = 0;     // EACCES/EPERM on status or stat
+  unsigned malformed = 0;  // stat or status present but unparsable
+  bool operator==(const ScanStats&) const = default;
+};
+
+struct ProcessTable {
+  std::vector<Process> processes;  // sorted by pid
+  ScanStats stats;
+};
+
+// Fails only when <root>/proc itself cannot be listed.
+sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOptions& options);
+
+// Reads one process. `pid` may be a thread id (the GPU driver can report one):
+// the entry returned is then its thread-group leader's (pid == tgid), because
+// the start time that identifies a process is the leader's. Errors keep errno:
+// vanished() / denied(); EBADMSG for unparsable content.
+sys::Result<Process> read_process(const sys::HostRoot& root, pid_t pid, const ScanOptions& options);
+
+}  // namespace gpureap::proc
