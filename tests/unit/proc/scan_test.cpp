@@ -1,0 +1,353 @@
+// The scan against real processes this test starts (fd counting, zombie, PID
+// namespace, thread id) and against a fake host root built from fixtures
+// (vanished / malformed counting, device matching by path and by rdev).
+#include "proc/scan.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+
+#include <algorithm>
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "child.hpp"
+#include "fixtures.hpp"
+
+namespace gpureap::proc {
+namespace {
+
+namespace fs = std::filesystem;
+using test::Child;
+using test::fixture;
+using test::Pipes;
+using test::spawn_ready;
+
+sys::HostRoot slash() {
+  auto r = sys::HostRoot::open("/");
+  EXPECT_TRUE(r.ok());
+  return std::move(r).value();
+}
+
+// A temporary directory removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "gpureap-proc-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) != nullptr) path = fs::canonical(tmpl);  // fd links show canonical paths
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+void write_file(const fs::path& p, std::string_view content) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << content;
+}
+
+const Process* find(const ProcessTable& t, pid_t pid) {
+  auto it = std::lower_bound(t.processes.begin(), t.processes.end(), pid,
+                             [](const Process& p, pid_t v) { return p.pid < v; });
+  return it != t.processes.end() && it->pid == pid ? &*it : nullptr;
+}
+
+// ---------------------------------------------------------------- real processes
+
+TEST(ScanReal, CountsDescriptorsOnMatchedPath) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  constexpr int kOpens = 7;
+  Pipes pipes;
+  ASSERT_TRUE(pipes.ok());
+  Child child = spawn_ready(pipes, [&] {
+    for (int i = 0; i < kOpens; ++i) ::open(dev.c_str(), O_RDONLY);
+  });
+  ASSERT_TRUE(child.started());
+
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt});
+  ScanOptions opts;
+  opts.devices = &m;
+  auto root = slash();
+  auto p = read_process(root, child.pid(), opts);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->pid, child.pid());
+  EXPECT_EQ(p->tgid, child.pid());
+  EXPECT_EQ(p->ppid, ::getpid());
+  EXPECT_TRUE(p->fds_readable);
+  EXPECT_EQ(p->fd_count, static_cast<unsigned>(kOpens + 2));  // + the two pipe ends
+  EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", kOpens}}));
+  EXPECT_EQ(p->gpu_fd_total(), static_cast<unsigned>(kOpens));
+  EXPECT_FALSE(p->cmdline.empty());  // forked, not exec'd: the test binary's argv
+  EXPECT_FALSE(p->cgroups.empty());
+  EXPECT_GT(p->start_time, 0u);
+
+  // The whole-system scan sees the same, on one thread and on several.
+  for (unsigned threads : {1u, 4u}) {
+    opts.threads = threads;
+    auto t = scan_processes(root, opts);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    EXPECT_TRUE(std::is_sorted(t->processes.begin(), t->processes.end(),
+                               [](const Process& a, const Process& b) { return a.pid < b.pid; }));
+    EXPECT_GE(t->stats.listed, t->stats.scanned);
+    EXPECT_EQ(t->stats.listed,
+              t->stats.scanned + t->stats.vanished + t->stats.denied + t->stats.malformed);
+    const Process* q = find(*t, child.pid());
+    ASSERT_NE(q, nullptr) << "threads=" << threads;
+    EXPECT_EQ(q->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", kOpens}}));
+    const Process* self = find(*t, ::getpid());
+    ASSERT_NE(self, nullptr);
+    EXPECT_TRUE(self->gpu_fds.empty());
+  }
+}
+
+TEST(ScanReal, MatchesCharDevicesByRdevAndMajor) {
+  // /dev/null is char 1:3 and /dev/zero 1:5 on every Linux: stand-ins for /dev/nvidia*.
+  struct stat null_st {};
+  ASSERT_EQ(::stat("/dev/null", &null_st), 0);
+  Pipes pipes;
+  Child child = spawn_ready(pipes, [] {
+    for (int i = 0; i < 3; ++i) ::open("/dev/null", O_RDONLY);
+    for (int i = 0; i < 2; ++i) ::open("/dev/zero", O_RDONLY);
+  });
+  ASSERT_TRUE(child.started());
+  DeviceMatcher m;
+  // Listed by rdev under another path: the rdev decides.
+  m.nodes.push_back(DeviceNode{"fake-null", "/dev/not-this-path", null_st.st_rdev});
+  m.majors.push_back(major(null_st.st_rdev));
+  ScanOptions opts;
+  opts.devices = &m;
+  auto p = read_process(slash(), child.pid(), opts);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"fake-null", 3}, {"nvidia-1:5", 2}}));
+  EXPECT_EQ(p->fd_count, 7u);
+}
+
+TEST(ScanReal, NoMatcherCountsFdsOnly) {
+  Pipes pipes;
+  Child child = spawn_ready(pipes, [] { ::open("/dev/null", O_RDONLY); });
+  ASSERT_TRUE(child.started());
+  ScanOptions opts;
+  auto p = read_process(slash(), child.pid(), opts);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->fd_count, 3u);
+  EXPECT_TRUE(p->gpu_fds.empty());
+  opts.read_fds = false;
+  auto q = read_process(slash(), child.pid(), opts);
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->fds_readable);
+  EXPECT_EQ(q->fd_count, 0u);
+}
+
+TEST(ScanReal, ZombieIsAValidEntry) {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  Child child(pid);
+  ASSERT_GT(pid, 0);
+  // Wait until it has exited but leave it unreaped: a zombie.
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT), 0);
+
+  ScanOptions opts;
+  auto root = slash();
+  auto p = read_process(root, pid, opts);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->state, 'Z');
+  EXPECT_TRUE(p->zombie());
+  EXPECT_TRUE(p->cmdline.empty());
+  EXPECT_EQ(p->fd_count, 0u);
+  EXPECT_EQ(p->ppid, ::getpid());
+
+  auto t = scan_processes(root, opts);
+  ASSERT_TRUE(t.ok());
+  const Process* z = find(*t, pid);
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z->state, 'Z');
+}
+
+TEST(ScanReal, PidNamespaceGivesHostAndLocalPid) {
+  Pipes pipes;
+  ASSERT_TRUE(pipes.ok());
+  // clone(CLONE_NEWPID) with no new stack behaves like fork; the child is pid 1 inside.
+  long rc = ::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+  if (rc == 0) {
+    pipes.child_setup();
+    test::child_ready_and_wait();
+  }
+  if (rc < 0 && (errno == EPERM || errno == EINVAL)) GTEST_SKIP() << "no CLONE_NEWPID here (needs root)";
+  ASSERT_GT(rc, 0);
+  Child child(static_cast<pid_t>(rc));
+  ASSERT_TRUE(pipes.wait_ready());
+
+  auto p = read_process(slash(), child.pid(), ScanOptions{});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->nspid, (std::vector<pid_t>{child.pid(), 1}));
+  EXPECT_EQ(p->local_pid(), 1);
+  EXPECT_EQ(p->pid, child.pid());
+}
+
+TEST(ScanReal, ThreadIdResolvesToThreadGroup) {
+  std::mutex mu;
+  std::condition_variable cv;
+  pid_t tid = 0;
+  bool done = false;
+  std::thread worker([&] {
+    std::unique_lock lock(mu);
+    tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    cv.notify_all();
+    cv.wait(lock, [&] { return done; });
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return tid != 0; });
+  }
+  auto p = read_process(slash(), tid, ScanOptions{});
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  worker.join();
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_NE(tid, ::getpid());
+  EXPECT_EQ(p->tgid, ::getpid());
+  EXPECT_EQ(p->pid, ::getpid());
+}
+
+TEST(ScanReal, GonePidIsVanished) {
+  auto p = read_process(slash(), INT_MAX - 1, ScanOptions{});  // above any pid_max
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(p.error().vanished()) << p.error().message;
+  auto q = read_process(slash(), 0, ScanOptions{});
+  EXPECT_FALSE(q.ok());
+}
+
+// ---------------------------------------------------------------- fake host root
+
+class ScanFixtureTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path.empty());
+    const fs::path proc = dir_.path / "proc";
+    auto add = [&](const std::string& pid, const std::string& prefix) {
+      write_file(proc / pid / "stat", fixture(prefix + ".stat"));
+      write_file(proc / pid / "status", fixture(prefix + ".status"));
+    };
+    add("4702", "normal");
+    write_file(proc / "4702" / "cmdline", fixture("normal.cmdline"));
+    write_file(proc / "4702" / "cgroup", fixture("normal.cgroup"));
+    write_file(proc / "4702" / "environ", fixture("normal.environ"));
+    fs::create_directories(proc / "4702" / "fd");
+    // Links to nodes that do not exist here: matched by path alone.
+    fs::create_symlink("/dev/nvidia0", proc / "4702" / "fd" / "3");
+    fs::create_symlink("/dev/nvidia0", proc / "4702" / "fd" / "4");
+    fs::create_symlink("/dev/nvidiactl", proc / "4702" / "fd" / "5");
+    fs::create_symlink("/var/log/x.log", proc / "4702" / "fd" / "6");
+    fs::create_symlink("/dev/nvidia1", proc / "4702" / "fd" / "7");  // /dev/ but no such node: no match
+    add("4709", "paren_comm");                                       // no fd dir, no cmdline
+    add("4790", "zombie");
+    add("4599", "nspid");
+    write_file(proc / "4599" / "cgroup", fixture("k8s_misconfigured.cgroup"));
+    write_file(proc / "9997" / "stat", "garbage\n");  // malformed
+    write_file(proc / "9997" / "status", "Tgid:\t9997\n");
+    fs::create_directories(proc / "9998");  // listed, then gone: no stat
+    write_file(proc / "9996" / "stat", fixture("normal.stat"));  // pid in stat differs from dir
+    write_file(proc / "9996" / "status", fixture("normal.status"));
+    write_file(proc / "9995" / "stat", "9995 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0\n");
+    write_file(proc / "9995" / "status", "Name:\tx\nTgid:\t9995\n");  // cut before Uid
+    write_file(proc / "self", "");                                      // non-numeric: not listed
+    fs::create_directories(proc / "sys");
+    fs::create_directories(proc / "01x");
+    auto r = sys::HostRoot::open(dir_.path.string());
+    ASSERT_TRUE(r.ok());
+    root_.emplace(std::move(r).value());
+  }
+  TempDir dir_;
+  std::optional<sys::HostRoot> root_;
+};
+
+TEST_F(ScanFixtureTree, CountsAndFields) {
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", "/dev/nvidia0", makedev(195, 0)});
+  m.nodes.push_back(DeviceNode{"nvidiactl", "/dev/nvidiactl", makedev(195, 255)});
+  m.majors.push_back(195);
+  for (unsigned threads : {1u, 3u}) {
+    ScanOptions opts;
+    opts.devices = &m;
+    opts.env_keys = {"CUDA_VISIBLE_DEVICES"};
+    opts.threads = threads;
+    auto t = scan_processes(*root_, opts);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    EXPECT_EQ(t->stats, (ScanStats{.listed = 8, .scanned = 4, .vanished = 1, .denied = 0, .malformed = 3}))
+        << "threads=" << threads;
+    ASSERT_EQ(t->processes.size(), 4u);
+    EXPECT_EQ(t->processes[0].pid, 4599);
+    EXPECT_EQ(t->processes[1].pid, 4702);
+    EXPECT_EQ(t->processes[2].pid, 4709);
+    EXPECT_EQ(t->processes[3].pid, 4790);
+
+    const Process& ns = t->processes[0];
+    EXPECT_EQ(ns.local_pid(), 1);
+    ASSERT_EQ(ns.cgroups.size(), 1u);
+    EXPECT_NE(ns.cgroups[0].path.find(":cri-containerd:"), std::string::npos);
+
+    const Process& n = t->processes[1];
+    EXPECT_EQ(n.comm, "sleep");
+    EXPECT_EQ(n.state, 'S');
+    EXPECT_EQ(n.ppid, 4695);
+    EXPECT_EQ(n.pgrp, 4695);
+    EXPECT_EQ(n.session, 2731);
+    EXPECT_EQ(n.start_time, 27369u);
+    EXPECT_EQ(n.cmdline, (std::vector<std::string>{"sleep", "300"}));
+    EXPECT_EQ(n.cgroups.size(), 10u);
+    EXPECT_EQ(n.env, (std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", "0,1"}}));
+    EXPECT_TRUE(n.fds_readable);
+    EXPECT_EQ(n.fd_count, 5u);
+    EXPECT_EQ(n.gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 2}, {"nvidiactl", 1}}));
+
+    const Process& pc = t->processes[2];
+    EXPECT_EQ(pc.comm, "a) b");
+    EXPECT_FALSE(pc.fds_readable);
+    EXPECT_TRUE(pc.cmdline.empty());
+    EXPECT_TRUE(pc.env.empty());  // no environ file: best effort
+
+    EXPECT_TRUE(t->processes[3].zombie());
+  }
+}
+
+TEST_F(ScanFixtureTree, ReadProcessErrors) {
+  ScanOptions opts;
+  auto gone = read_process(*root_, 9998, opts);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_TRUE(gone.error().vanished());
+  auto bad = read_process(*root_, 9997, opts);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, EBADMSG);
+  EXPECT_NE(bad.error().message.find("9997"), std::string::npos);
+  auto ok = read_process(*root_, 4702, opts);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->env.empty());  // not asked for
+}
+
+TEST(ScanErrors, NoProcDirFails) {
+  TempDir dir;
+  auto r = sys::HostRoot::open(dir.path.string());
+  ASSERT_TRUE(r.ok());
+  auto t = scan_processes(*r, ScanOptions{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(t.error().vanished());
+  EXPECT_NE(t.error().message.find("proc"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpureap::proc
