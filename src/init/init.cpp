@@ -364,7 +364,7 @@ void Init::sweep(int64_t now) {
     if (t.seen == generation_) return true;
     if (!t.is_main && t.pidfd >= 0) ::close(t.pidfd);
     if (!t.killed) {
-      log_.print(Level::kInfo, "pid %d (%s) exited %.3f s after the shutdown signal", static_cast<int>(t.nspid), t.comm,
+      log_.print(Level::kInfo, "pid %d (%s) exited %.3f s after its SIGTERM", static_cast<int>(t.nspid), t.comm,
                  seconds(now_ns() - t.termed_at));
     }
     return false;

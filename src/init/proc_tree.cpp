@@ -78,7 +78,10 @@ bool parse_stat_line(const char* text, ProcEntry& e) {
   e.pid = static_cast<pid_t>(v);
   size_t comm_len = static_cast<size_t>(close - open - 1);
   if (comm_len > sizeof e.comm - 1) comm_len = sizeof e.comm - 1;
-  std::memcpy(e.comm, open + 1, comm_len);
+  for (size_t i = 0; i < comm_len; ++i) {
+    char ch = open[1 + i];
+    e.comm[i] = ch > ' ' && ch < 127 ? ch : '?';  // comm is the process's to choose: never let it forge log lines
+  }
   e.comm[comm_len] = '\0';
   p = close + 1;
   while (*p == ' ') ++p;

@@ -15,11 +15,18 @@ TEST(InitParsers, StatLineWithAwkwardComm) {
   ProcEntry e;
   ASSERT_TRUE(parse_stat_line(line, e));
   EXPECT_EQ(e.pid, 4242);
-  EXPECT_STREQ(e.comm, "a) (b c");
+  EXPECT_STREQ(e.comm, "a)?(b?c");  // spaces and control characters are masked for the log
   EXPECT_EQ(e.state, 'S');
   EXPECT_EQ(e.ppid, 4200);
   EXPECT_EQ(e.pgrp, 4242);
   EXPECT_EQ(e.start, 987654u);
+}
+
+TEST(InitParsers, StatLineCommCannotForgeALogLine) {
+  ProcEntry e;
+  ASSERT_TRUE(parse_stat_line("9 (x\n[WARN) R 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 77 0 0", e));
+  EXPECT_STREQ(e.comm, "x?[WARN");
+  EXPECT_EQ(e.start, 77u);
 }
 
 TEST(InitParsers, StatLineZombieAndTruncated) {
