@@ -219,6 +219,7 @@ std::vector<ProcessQuery> process_queries(void* handle, const std::string& base)
 // string says why, for unavailable_reason().
 std::pair<std::shared_ptr<Library>, std::string> load_library(const std::vector<std::string>& names) {
   std::string errors;
+  bool opened_one = false;  // something loaded but was not NVML
   for (const auto& name : names) {
     // RTLD_LOCAL: NVML's symbols stay out of the global namespace; RTLD_NOW:
     // a broken install fails here, not at the first call.
@@ -241,7 +242,11 @@ std::pair<std::shared_ptr<Library>, std::string> load_library(const std::vector<
       std::string missing = lib->init == nullptr        ? "nvmlInit"
                             : lib->get_count == nullptr ? "nvmlDeviceGetCount"
                                                         : "nvmlDeviceGetHandleByIndex";
-      return {nullptr, "NVML: " + name + " exports no " + missing + " (not a usable libnvidia-ml)"};
+      // Not a usable libnvidia-ml (a stub, say): try the next name.
+      opened_one = true;
+      if (!errors.empty()) errors += "; ";
+      errors += name + " exports no " + missing;
+      continue;  // `lib` unloads it
     }
     lib->shutdown = find_symbol<nvml::ShutdownFn>(handle, "nvmlShutdown");
     lib->error_string = find_symbol<nvml::ErrorStringFn>(handle, "nvmlErrorString");
@@ -256,7 +261,7 @@ std::pair<std::shared_ptr<Library>, std::string> load_library(const std::vector<
     return {std::move(lib), {}};
   }
   std::string first = names.empty() ? std::string("libnvidia-ml") : names.front();
-  return {nullptr, "NVML: " + first + " not found (" + errors + ")"};
+  return {nullptr, "NVML: " + first + (opened_one ? " not usable (" : " not found (") + errors + ")"};
 }
 
 // ---------------------------------------------------------------------------

@@ -274,6 +274,22 @@ TEST(NvmlBackend, LibraryNotFoundHasNoDevicesAndSaysWhy) {
   EXPECT_EQ(*snap, GpuSnapshot{});
 }
 
+// A library that loads but is no NVML (a stub, another library) is skipped.
+TEST(NvmlBackend, LibraryWithoutNvmlSymbolsIsSkipped) {
+  auto alone = make_nvml_backend(root(), options("libm.so.6"));
+  EXPECT_TRUE(contains(alone->unavailable_reason(), "libm.so.6 exports no nvmlInit")) << alone->unavailable_reason();
+  EXPECT_TRUE(alone->snapshot().ok());
+
+  Fake fake(kFull, "");
+  NvmlOptions o = options(kFull);
+  o.library_names = {"libm.so.6", kFull};
+  auto backend = make_nvml_backend(root(), o);
+  EXPECT_EQ(backend->unavailable_reason(), "");
+  auto snap = backend->snapshot();
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  EXPECT_EQ(snap->devices.size(), 2U);
+}
+
 TEST(NvmlBackend, DriverNotLoadedHasNoDevicesAndSaysWhy) {
   Fake fake(kFull, "init_fail");
   auto backend = make_nvml_backend(root(), options(kFull));
