@@ -56,10 +56,14 @@ void for_each_dirent(const char* buf, std::size_t len, Fn&& fn) {
   }
 }
 
-// Lists a directory fd with getdents64; fn(name) per entry, "." and ".." skipped.
-// Returns 0 or the errno of the failing call.
+// Lists a procfs directory fd with getdents64; fn(name) per entry, "." and
+// ".." skipped. Returns 0 or the errno of the failing call.
 template <class Fn>
 int list_dir(int dir_fd, std::vector<char>& buf, Fn&& fn) {
+  // procfs fills the buffer until an entry does not fit: when room for the
+  // largest possible entry is left, the listing is complete, and the final
+  // empty getdents64 (one syscall per process) can be skipped.
+  constexpr std::size_t kMaxEntry = offsetof(struct dirent64, d_name) + 256 + 8;
   for (;;) {
     ssize_t n = ::getdents64(dir_fd, buf.data(), buf.size());
     if (n < 0) {
@@ -71,7 +75,17 @@ int list_dir(int dir_fd, std::vector<char>& buf, Fn&& fn) {
       if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) return;
       fn(name);
     });
+    if (buf.size() - static_cast<std::size_t>(n) >= kMaxEntry) return 0;
   }
+}
+
+// Character devices every process has and no GPU ever is: never worth a stat.
+bool never_a_gpu(std::string_view path) {
+  constexpr std::string_view kPaths[] = {"/dev/null", "/dev/urandom", "/dev/random", "/dev/ptmx", "/dev/console"};
+  for (auto p : kPaths) {
+    if (path == p) return true;
+  }
+  return path.substr(0, 9) == "/dev/pts/" || path.substr(0, 8) == "/dev/tty";
 }
 
 // Per-worker state: buffers reused across pids so the hot path does not allocate.
@@ -80,6 +94,8 @@ struct Reader {
   const ScanOptions& options;
   std::vector<char> dents = std::vector<char>(32768);
   std::string text;
+  std::vector<unsigned> node_counts;               // per matcher node, for the current process
+  std::vector<std::pair<dev_t, unsigned>> by_major;  // devices known only by their major
   bool need_stat = false;  // some node has an rdev, or majors are given
 
   Reader(const sys::HostRoot& r, const ScanOptions& o) : root(r), options(o) {
@@ -89,8 +105,11 @@ struct Reader {
     }
   }
 
-  // Reads `name` under dir_fd into `text`. Returns 0 or errno.
-  int read_into(int dir_fd, const char* name) {
+  // Reads `name` under dir_fd into `text`. Returns 0 or errno. `short_is_eof`:
+  // stat, status and cgroup are single seq_file records and cmdline's reader
+  // loops until the buffer is full, so a short read there is the end and the
+  // final empty read(2) can be saved (this runs 4x per process).
+  int read_into(int dir_fd, const char* name, bool short_is_eof = false) {
     int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errno;
     sys::UniqueFd owned(fd);
@@ -106,7 +125,9 @@ struct Reader {
         return err;
       }
       if (n == 0) break;
+      const bool short_read = static_cast<std::size_t>(n) < text.size() - used;
       used += static_cast<std::size_t>(n);
+      if (short_is_eof && short_read) break;
     }
     text.resize(used);
     return 0;
@@ -127,14 +148,16 @@ struct Reader {
     sys::UniqueFd fd_dir(fd);
     const DeviceMatcher* m = options.devices;
     const bool match = m != nullptr && !m->empty();
-    std::vector<unsigned> node_counts(match ? m->nodes.size() : 0, 0);
-    std::vector<std::pair<dev_t, unsigned>> by_major;  // devices known only by major
+    node_counts.assign(match ? m->nodes.size() : 0, 0);  // reused: no allocation per process
+    by_major.clear();
     unsigned count = 0;
+    bool links_denied = false;
     char link[4096];
     int err = list_dir(fd, dents, [&](const char* name) {
       ++count;
       if (!match) return;
       ssize_t n = ::readlinkat(fd, name, link, sizeof link);
+      if (n < 0 && (errno == EACCES || errno == EPERM)) links_denied = true;
       if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return;  // gone or cut: no match
       std::string_view target(link, static_cast<std::size_t>(n));
       for (std::size_t i = 0; i < m->nodes.size(); ++i) {
@@ -144,7 +167,7 @@ struct Reader {
         }
       }
       // stat only device paths: it is the expensive call, and only char devices matter.
-      if (!need_stat || target.substr(0, 5) != "/dev/") return;
+      if (!need_stat || target.substr(0, 5) != "/dev/" || never_a_gpu(target)) return;
       struct stat st {};
       if (::fstatat(fd, name, &st, 0) != 0 || !S_ISCHR(st.st_mode)) return;
       for (std::size_t i = 0; i < m->nodes.size(); ++i) {
@@ -164,8 +187,10 @@ struct Reader {
       by_major.emplace_back(st.st_rdev, 1);
     });
     if (err != 0) return;  // a listing cut by exit or denial is not a reliable count
-    p.fds_readable = true;
     p.fd_count = count;
+    // Listed but the links hidden (ptrace access check, e.g. another user
+    // namespace): the count is right, a GPU match was impossible.
+    p.fds_readable = !links_denied;
     for (std::size_t i = 0; i < node_counts.size(); ++i) {
       if (node_counts[i] > 0) p.gpu_fds.push_back(DeviceUse{m->nodes[i].name, node_counts[i]});
     }
@@ -179,7 +204,8 @@ struct Reader {
   Outcome read(pid_t pid, Process& p, std::string* why) {
     char path[32];
     std::snprintf(path, sizeof path, "proc/%d", pid);
-    int pfd = ::openat(root.dir_fd(), path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    // O_PATH: only a base for the openat calls below, no open of its own.
+    int pfd = ::openat(root.dir_fd(), path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (pfd < 0) {
       int err = errno;
       if (why != nullptr) *why = std::string("open ") + path + ": " + std::strerror(err);
@@ -188,7 +214,7 @@ struct Reader {
     sys::UniqueFd pid_fd(pfd);
 
     // stat first: it carries the start time that identifies this process.
-    if (int err = read_into(pfd, "stat"); err != 0) {
+    if (int err = read_into(pfd, "stat", true); err != 0) {
       if (why != nullptr) *why = std::string("read ") + path + "/stat: " + std::strerror(err);
       return classify_errno(err);
     }
@@ -197,7 +223,7 @@ struct Reader {
       if (why != nullptr) *why = std::string("unparsable ") + path + "/stat";
       return gone_or_malformed(pfd);
     }
-    if (int err = read_into(pfd, "status"); err != 0) {
+    if (int err = read_into(pfd, "status", true); err != 0) {
       if (why != nullptr) *why = std::string("read ") + path + "/status: " + std::strerror(err);
       return classify_errno(err);
     }
@@ -221,8 +247,8 @@ struct Reader {
     if (p.comm.empty() && status->name) p.comm = std::move(*status->name);
 
     // The rest is best effort: a zombie has no cmdline, environ may be denied.
-    if (read_into(pfd, "cmdline") == 0) p.cmdline = parse_cmdline(text);
-    if (read_into(pfd, "cgroup") == 0) p.cgroups = parse_cgroup(text);
+    if (read_into(pfd, "cmdline", true) == 0) p.cmdline = parse_cmdline(text);
+    if (read_into(pfd, "cgroup", true) == 0) p.cgroups = parse_cgroup(text);
     if (!options.env_keys.empty() && read_into(pfd, "environ") == 0) {
       p.env = parse_environ(text, options.env_keys);
     }
@@ -284,6 +310,7 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   std::vector<WorkerResult> results(nthreads);
   std::atomic<std::size_t> next{0};
   if (nthreads == 1) {
+    results[0].processes.reserve(pids.size());  // exact, not doubled: the table is most of our RSS
     scan_some(root, options, pids, next, results[0]);
   } else {
     std::vector<std::thread> workers;
@@ -295,6 +322,14 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
     for (auto& w : workers) w.join();
   }
 
+  if (results.size() == 1) {  // already in pid order: no second copy of the table
+    table.processes = std::move(results[0].processes);
+    table.stats.scanned = results[0].stats.scanned;
+    table.stats.vanished = results[0].stats.vanished;
+    table.stats.denied = results[0].stats.denied;
+    table.stats.malformed = results[0].stats.malformed;
+    return table;
+  }
   std::size_t total = 0;
   for (const auto& r : results) total += r.processes.size();
   table.processes.reserve(total);

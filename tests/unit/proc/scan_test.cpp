@@ -4,6 +4,7 @@
 #include "proc/scan.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
@@ -112,25 +113,52 @@ TEST(ScanReal, CountsDescriptorsOnMatchedPath) {
 }
 
 TEST(ScanReal, MatchesCharDevicesByRdevAndMajor) {
-  // /dev/null is char 1:3 and /dev/zero 1:5 on every Linux: stand-ins for /dev/nvidia*.
-  struct stat null_st {};
-  ASSERT_EQ(::stat("/dev/null", &null_st), 0);
+  // /dev/full is char 1:7 and /dev/zero 1:5 on every Linux: stand-ins for /dev/nvidia*.
+  struct stat full_st {};
+  ASSERT_EQ(::stat("/dev/full", &full_st), 0);
   Pipes pipes;
   Child child = spawn_ready(pipes, [] {
-    for (int i = 0; i < 3; ++i) ::open("/dev/null", O_RDONLY);
+    for (int i = 0; i < 3; ++i) ::open("/dev/full", O_RDONLY);
     for (int i = 0; i < 2; ++i) ::open("/dev/zero", O_RDONLY);
+    ::open("/dev/null", O_RDONLY);  // major 1 too, but never stat'ed: not a GPU on any node
   });
   ASSERT_TRUE(child.started());
   DeviceMatcher m;
   // Listed by rdev under another path: the rdev decides.
-  m.nodes.push_back(DeviceNode{"fake-null", "/dev/not-this-path", null_st.st_rdev});
-  m.majors.push_back(major(null_st.st_rdev));
+  m.nodes.push_back(DeviceNode{"fake-full", "/dev/not-this-path", full_st.st_rdev});
+  m.majors.push_back(major(full_st.st_rdev));
   ScanOptions opts;
   opts.devices = &m;
   auto p = read_process(slash(), child.pid(), opts);
   ASSERT_TRUE(p.ok()) << p.error().message;
-  EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"fake-null", 3}, {"nvidia-1:5", 2}}));
-  EXPECT_EQ(p->fd_count, 7u);
+  EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"fake-full", 3}, {"nvidia-1:5", 2}}));
+  EXPECT_EQ(p->fd_count, 8u);
+}
+
+TEST(ScanReal, ManyDescriptorsNeedSeveralGetdents) {
+  // More entries than one 32 KiB getdents64 buffer holds (~24 bytes each).
+  TempDir dir;
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  constexpr int kOpens = 3000;
+  struct rlimit lim {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  if (lim.rlim_max < kOpens + 64) GTEST_SKIP() << "RLIMIT_NOFILE too low";
+  Pipes pipes;
+  Child child = spawn_ready(pipes, [&] {
+    struct rlimit want = {kOpens + 64, kOpens + 64};
+    ::setrlimit(RLIMIT_NOFILE, &want);
+    for (int i = 0; i < kOpens; ++i) ::open(dev.c_str(), O_RDONLY);
+  });
+  ASSERT_TRUE(child.started());
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt});
+  ScanOptions opts;
+  opts.devices = &m;
+  auto p = read_process(slash(), child.pid(), opts);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->fd_count, static_cast<unsigned>(kOpens + 2));
+  EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", kOpens}}));
 }
 
 TEST(ScanReal, NoMatcherCountsFdsOnly) {
