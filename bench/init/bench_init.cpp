@@ -53,6 +53,7 @@ int worker_pause() {
 // A grandchild makes `count` children, waits (without reaping) until each is a
 // zombie, hands their pids to us and exits: the zombies go to the init at once.
 int worker_zombies(int count) {
+  say("begin");
   int fds[2];
   if (::pipe(fds) != 0) die("pipe");
   pid_t g = ::fork();
@@ -100,7 +101,7 @@ int worker_zombies(int count) {
     while (::kill(c, 0) == 0) ::nanosleep(&nap, nullptr);
   }
   say("reap_ns " + std::to_string(now_ns() - t0));
-  return 0;
+  for (;;) ::pause();  // until the bench has read the init's CPU time and sends SIGTERM
 }
 
 // ---- harness ----
@@ -108,7 +109,7 @@ int worker_zombies(int count) {
 struct Init {
   std::string name;
   std::string path;
-  std::vector<int64_t> latency_ns, reap_ns, rss_kib;
+  std::vector<int64_t> latency_ns, reap_ns, reap_cpu_ns, rss_kib;
   int64_t size = 0;
 };
 
@@ -167,6 +168,17 @@ std::string read_line(int fd) {
   return line;
 }
 
+// CPU time the process has run, in ns (first field of /proc/<pid>/schedstat).
+int64_t cpu_ns(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/schedstat";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return -1;
+  long long ns = -1;
+  if (std::fscanf(f, "%lld", &ns) != 1) ns = -1;
+  std::fclose(f);
+  return ns;
+}
+
 int64_t rss_kib(pid_t pid) {
   std::string path = "/proc/" + std::to_string(pid) + "/status";
   FILE* f = std::fopen(path.c_str(), "r");
@@ -202,9 +214,13 @@ void trial_latency(Init& init, const std::string& self) {
 void trial_reap(Init& init, const std::string& self, int zombies) {
   Child c;
   if (!start(c, command(init, self, {"zombies", std::to_string(zombies)}))) die("clone3");
+  if (read_line(c.out) != "begin") die("worker did not begin");
+  int64_t cpu0 = cpu_ns(c.pid);
   std::string line = read_line(c.out);
   if (line.rfind("reap_ns ", 0) != 0) die("no reap time");
+  init.reap_cpu_ns.push_back(cpu_ns(c.pid) - cpu0);  // the init's own CPU for reaping them all
   init.reap_ns.push_back(std::atoll(line.c_str() + 8));
+  if (::syscall(SYS_pidfd_send_signal, c.pidfd, SIGTERM, nullptr, 0U) != 0) die("pidfd_send_signal");
   c.wait();
 }
 
@@ -249,7 +265,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "skipping %s: %s not found\n", name.c_str(), path.c_str());
       continue;
     }
-    inits.push_back(Init{name, path, {}, {}, {}, static_cast<int64_t>(st.st_size)});
+    inits.push_back(Init{name, path, {}, {}, {}, {}, static_cast<int64_t>(st.st_size)});
   }
   for (int t = 0; t < trials; ++t) {
     for (Init& init : inits) trial_latency(init, self);
@@ -260,19 +276,23 @@ int main(int argc, char** argv) {
 
   const Init& ref = inits.front();
   double ref_lat = median(ref.latency_ns), ref_reap = median(ref.reap_ns), ref_rss = median(ref.rss_kib);
+  double ref_cpu = median(ref.reap_cpu_ns) / zombies;
   std::printf("gpureap-init benchmark: %d latency trials, %d reaping trials of %d zombies; ratios vs %s\n", trials,
               reap_trials, zombies, ref.name.c_str());
-  std::printf("(latency and size: lower is better; zombies/s: higher is better)\n\n");
-  std::printf("%-13s %10s %6s %8s %6s %15s %6s %12s %6s\n", "init", "size KiB", "x", "RSS KiB", "x", "TERM->exit ms",
-              "x", "zombies/s", "x");
+  std::printf("(size, RSS, latency, CPU per zombie: lower is better; zombies/s: higher is better.\n"
+              " zombies/s is wall time and swings with machine load; init CPU ns per zombie is the init's own\n"
+              " CPU time (schedstat) while reaping, the stable measure of its reaping cost)\n\n");
+  std::printf("%-13s %10s %6s %8s %6s %15s %6s %12s %6s %14s %6s\n", "init", "size KiB", "x", "RSS KiB", "x",
+              "TERM->exit ms", "x", "zombies/s", "x", "CPU ns/zombie", "x");
   for (const Init& init : inits) {
     double lat = median(init.latency_ns), reap = median(init.reap_ns), rss = median(init.rss_kib);
+    double cpu = median(init.reap_cpu_ns) / zombies;
     double zps = reap > 0 ? zombies / (reap / 1e9) : 0;
     double ref_zps = ref_reap > 0 ? zombies / (ref_reap / 1e9) : 0;
-    std::printf("%-13s %10.1f %6.2f %8.0f %6.2f %15.3f %6.2f %12.0f %6.2f\n", init.name.c_str(),
+    std::printf("%-13s %10.1f %6.2f %8.0f %6.2f %15.3f %6.2f %12.0f %6.2f %14.0f %6.2f\n", init.name.c_str(),
                 static_cast<double>(init.size) / 1024, static_cast<double>(init.size) / static_cast<double>(ref.size),
                 rss, ref_rss > 0 ? rss / ref_rss : 0, lat / 1e6, ref_lat > 0 ? lat / ref_lat : 0, zps,
-                ref_zps > 0 ? zps / ref_zps : 0);
+                ref_zps > 0 ? zps / ref_zps : 0, cpu, ref_cpu > 0 ? cpu / ref_cpu : 0);
   }
   return 0;
 }
