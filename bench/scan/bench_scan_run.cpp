@@ -123,7 +123,7 @@ Sample run_tool(const std::vector<std::string>& argv) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) {
     std::perror("pipe2");
-    std::exit(2);
+    return Sample{0, 0, 0, -1, {}};  // reported as a failed tool; main returns, Fleet cleans up
   }
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = ::fork();
@@ -139,6 +139,11 @@ Sample run_tool(const std::vector<std::string>& argv) {
     ::_exit(127);
   }
   ::close(out[1]);
+  if (pid < 0) {  // never wait4(-1): that would reap one of the fleet
+    std::perror("fork");
+    ::close(out[0]);
+    return Sample{0, 0, 0, -1, {}};
+  }
   Sample s;
   char buf[4096];
   ssize_t n = 0;

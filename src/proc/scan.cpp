@@ -204,7 +204,10 @@ struct Reader {
   Outcome read(pid_t pid, Process& p, std::string* why) {
     char path[32];
     std::snprintf(path, sizeof path, "proc/%d", pid);
-    // O_PATH: only a base for the openat calls below, no open of its own.
+    // Every file is opened relative to this one directory fd, not by path:
+    // the fd stays bound to this process, so if the pid is reused mid-read
+    // the opens fail (ENOENT) instead of mixing two processes in one entry.
+    // O_PATH: it is only a base for openat, no open of its own.
     int pfd = ::openat(root.dir_fd(), path, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (pfd < 0) {
       int err = errno;
