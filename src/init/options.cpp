@@ -80,12 +80,8 @@ bool parse_env(Config& cfg) {
   if (env_either("TINI_SUBREAPER", "GPUREAP_INIT_SUBREAPER") != nullptr) cfg.subreaper = true;
   if (env_either("TINI_KILL_PROCESS_GROUP", "GPUREAP_INIT_KILL_PROCESS_GROUP") != nullptr) cfg.kill_group = true;
   if (const char* v = env_either("TINI_VERBOSITY", "GPUREAP_INIT_VERBOSITY")) {
-    long level = 0;
-    if (!parse_int(v, 0, 4, level)) {
-      std::fprintf(stderr, "gpureap-init: invalid verbosity '%s' (0..4)\n", v);
-      return false;
-    }
-    cfg.verbosity = static_cast<int>(level);
+    int level = std::atoi(v);  // as tini: atoi, so junk means 0; clamped to our levels
+    cfg.verbosity = level < 0 ? 0 : level > 4 ? 4 : level;
   }
   if (const char* v = std::getenv("GPUREAP_INIT_GRACE"); v != nullptr && !parse_duration(v, cfg.grace_ns)) {
     std::fprintf(stderr, "gpureap-init: invalid GPUREAP_INIT_GRACE '%s'\n", v);

@@ -182,6 +182,20 @@ int run(int argc, char** argv) {
     pause_forever();
   }
 
+  if (std::strcmp(mode, "stopped-child") == 0) {  // a child stopped (state T) that takes TERM once continued
+    pid_t pid = fork_or_die();
+    if (pid == 0) {
+      block_all();
+      ::raise(SIGSTOP);
+      report_signals("stopped");
+      ::_exit(0);
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status)) die("waitpid WUNTRACED");
+    say("ready main %d", static_cast<int>(::getpid()));
+    pause_forever();
+  }
+
   if (std::strcmp(mode, "tree-ignore-term") == 0) {  // [setsid]: grandchild ignores TERM
     bool new_session = argc > 2 && std::strcmp(argv[2], "setsid") == 0;
     spawn_term_ignorer("grandchild", new_session, nullptr);

@@ -110,6 +110,14 @@ TEST(InitCli, BadRemapValueExitsOne) { EXPECT_EQ(run_to_exit(cmd({"-e", "256"}, 
 
 TEST(InitCli, BadGraceExitsOne) { EXPECT_EQ(run_to_exit(cmd({"--grace", "soon"}, {"exit", "0"})), 1); }
 
+TEST(InitCli, VerbosityFromTheEnvironment) {
+  std::string err;
+  EXPECT_EQ(run_to_exit(cmd({}, {"exit", "0"}), with_env({"TINI_VERBOSITY=2"}), &err), 0);
+  EXPECT_NE(err.find("spawned child process"), std::string::npos) << err;
+  EXPECT_EQ(run_to_exit(cmd({}, {"exit", "0"}), {}, &err), 0);
+  EXPECT_EQ(err, "");  // default verbosity: quiet when all is well
+}
+
 TEST(InitCli, MissingProgramExits127) {
   std::string err;
   EXPECT_EQ(run_to_exit({kInit, "--", "/nonexistent/program"}, {}, &err), 127);
@@ -412,6 +420,18 @@ TEST(InitShutdown, SetsidEscapedDescendantGetsTerm) {
   EXPECT_NE(p.out().find("escaped got 15"), std::string::npos) << p.out();
   EXPECT_TRUE(escalations(p.err()).empty()) << p.err();
   EXPECT_LT(elapsed_s(t0), 5.0);  // nobody waited for the 10 s grace
+}
+
+TEST(InitShutdown, StoppedDescendantIsContinuedToActOnTerm) {
+  Process p;
+  ASSERT_TRUE(p.start(cmd({"--grace", "10"}, {"stopped-child"}), {}));
+  ASSERT_NE(p.read_stdout_until("ready main"), "");
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(p.signal(SIGTERM));
+  EXPECT_NE(p.read_stdout_until("stopped got 15"), "") << p.out();
+  EXPECT_EQ(p.wait(), 143) << p.err();
+  EXPECT_TRUE(escalations(p.err()).empty()) << p.err();
+  EXPECT_LT(elapsed_s(t0), 5.0);
 }
 
 TEST(InitShutdown, GpuHolderIsKilledAtGpuGraceOthersKeepGrace) {
