@@ -175,8 +175,10 @@ std::optional<StatInfo> parse_stat(std::string_view text) {
   auto ppid = to_pid(tokens[1]);
   auto pgrp = to_pid(tokens[2]);
   auto session = to_pid(tokens[3]);
+  auto flags = to_number<std::uint32_t>(tokens[9 - 3]);
   auto start = to_number<std::uint64_t>(tokens[kStartTimeIndex]);
-  if (!ppid || !pgrp || !session || !start) return std::nullopt;
+  if (!ppid || !pgrp || !session || !flags || !start) return std::nullopt;
+  st.flags = *flags;
   st.ppid = *ppid;
   st.pgrp = *pgrp;
   st.session = *session;

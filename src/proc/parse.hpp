@@ -45,7 +45,9 @@ struct StatInfo {
   pid_t ppid = 0;
   pid_t pgrp = 0;
   pid_t session = 0;
+  std::uint32_t flags = 0;       // field 9, PF_* (PF_KTHREAD = 0x00200000)
   std::uint64_t start_time = 0;  // field 22, clock ticks after boot
+  [[nodiscard]] bool kernel_thread() const { return (flags & 0x00200000u) != 0; }
   bool operator==(const StatInfo&) const = default;
 };
 

@@ -127,6 +127,7 @@ TEST(ParseStat, NormalProcess) {
   EXPECT_EQ(s->pgrp, 4695);
   EXPECT_EQ(s->session, 2731);
   EXPECT_EQ(s->start_time, 27369u);
+  EXPECT_FALSE(s->kernel_thread());
 }
 
 TEST(ParseStat, KernelThread) {
@@ -136,6 +137,8 @@ TEST(ParseStat, KernelThread) {
   EXPECT_EQ(s->comm, "kthreadd");
   EXPECT_EQ(s->ppid, 0);
   EXPECT_EQ(s->start_time, 22u);
+  EXPECT_EQ(s->flags, 2129984u);
+  EXPECT_TRUE(s->kernel_thread());
 }
 
 TEST(ParseStat, CommWithSpaceAndParenTakesLastParen) {

@@ -252,6 +252,15 @@ TEST(ScanReal, ThreadIdResolvesToThreadGroup) {
   EXPECT_EQ(p->pid, ::getpid());
 }
 
+TEST(ScanReal, KernelThreadHasNoCmdlineOrFds) {
+  auto p = read_process(slash(), 2, ScanOptions{});  // kthreadd
+  if (!p.ok() || p->comm != "kthreadd") GTEST_SKIP() << "pid 2 is not kthreadd here (PID namespace)";
+  EXPECT_EQ(p->ppid, 0);
+  EXPECT_TRUE(p->cmdline.empty());
+  EXPECT_EQ(p->fd_count, 0u);
+  EXPECT_TRUE(p->fds_readable);
+}
+
 TEST(ScanReal, GonePidIsVanished) {
   auto p = read_process(slash(), INT_MAX - 1, ScanOptions{});  // above any pid_max
   ASSERT_FALSE(p.ok());
