@@ -1,0 +1,72 @@
+// NodeSnapshot: the join of processes × descriptors × GPU × containers, taken
+// once. Everything downstream (detectors, renderers) reads only this.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "container/container_ref.hpp"
+#include "gpu/gpu_snapshot.hpp"
+#include "proc/process.hpp"
+#include "proc/scan.hpp"
+
+namespace gpureap::node {
+
+// How a PID from the driver's list was matched to a live process.
+enum class PidMatch {
+  host,       // the driver's PID is a thread-group id in the scanned /proc
+  thread,     // the driver's PID is a thread id; matched to its Tgid
+  namespace_, // the driver's PID is a container-local PID (NSpid innermost) of a GPU holder
+  dead,       // no process has this PID: the driver keeps listing a process that is gone
+};
+std::string_view to_string(PidMatch m);
+
+struct DriverListing {
+  unsigned device_index = 0;
+  gpu::GpuProcess entry;                 // as the driver gave it
+  PidMatch match = PidMatch::dead;
+  std::optional<std::size_t> record;     // index into NodeSnapshot::records when not dead
+};
+
+struct ProcessRecord {
+  proc::Process process;
+  std::optional<container::ContainerInfo> container;  // nullopt: host process
+  std::vector<std::size_t> listings;                   // indexes into NodeSnapshot::listings
+
+  [[nodiscard]] bool listed() const { return !listings.empty(); }
+};
+
+struct NodeSnapshot {
+  std::chrono::system_clock::time_point taken_at;
+  std::string host_root;
+  pid_t self_pid = 0;  // our own process: NVML opens device nodes, so we are a holder
+  std::vector<ProcessRecord> records;  // every scanned process, sorted by pid
+  proc::ScanStats scan_stats;
+  std::string gpu_backend;             // "nvml", "sim", "json", "none"
+  std::string gpu_unavailable_reason;  // said once when the backend has no devices
+  gpu::GpuSnapshot gpu;
+  std::vector<DriverListing> listings;
+
+  [[nodiscard]] const ProcessRecord* find(pid_t pid) const;
+  // Memory the driver attributes to this record (sum over its listings); nullopt when
+  // it is not listed or the driver gave no number.
+  [[nodiscard]] std::optional<std::uint64_t> gpu_memory(const ProcessRecord& r) const;
+  // The record of the container-local PID 1 in the same container as `r`, if any.
+  [[nodiscard]] const ProcessRecord* container_init(const ProcessRecord& r) const;
+};
+
+// Resolves each driver listing to a record (pure given `read_one`; exposed for tests).
+// `read_one` reads a PID that is not among the records (a thread id, or a process
+// started after the scan); it returns nullopt when no such process exists.
+using ReadOne = std::function<std::optional<proc::Process>(pid_t)>;
+void match_listings(NodeSnapshot& snap, const ReadOne& read_one);
+
+}  // namespace gpureap::node

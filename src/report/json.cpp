@@ -1,0 +1,132 @@
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include "gpu/snapshot_json.hpp"
+#include "report/report.hpp"
+
+namespace gpureap::report {
+
+namespace {
+
+using nlohmann::json;
+
+json nullable(const std::optional<std::uint64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+json container_json(const node::ProcessRecord& r) {
+  if (!r.container) return nullptr;
+  const auto& c = *r.container;
+  json out = {{"id", c.ref.id},
+              {"runtime", container::to_string(c.ref.runtime)},
+              {"name", c.meta ? json(c.meta->container_name) : json(nullptr)},
+              {"deleted", c.deleted},
+              {"source", c.meta ? json(c.meta->source) : json(nullptr)}};
+  return out;
+}
+
+json pod_json(const node::ProcessRecord& r) {
+  if (!r.container) return nullptr;
+  const auto& c = *r.container;
+  auto str_or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {{"name", c.meta ? str_or_null(c.meta->pod_name) : json(nullptr)},
+          {"namespace", c.meta ? str_or_null(c.meta->pod_namespace) : json(nullptr)},
+          {"uid", str_or_null(c.meta && !c.meta->pod_uid.empty() ? c.meta->pod_uid : c.ref.pod_uid)},
+          {"qos", container::to_string(c.ref.qos)}};
+}
+
+json process_json(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
+  const auto& p = r.process;
+  json devices = json::array();
+  for (const auto& d : p.gpu_fds) devices.push_back({{"device", d.device}, {"fds", d.count}});
+  json listings = json::array();
+  for (std::size_t i : r.listings) {
+    const auto& l = snap.listings[i];
+    listings.push_back({{"gpu", l.device_index},
+                        {"driver_pid", l.entry.pid},
+                        {"pid_match", node::to_string(l.match)},
+                        {"used_memory", nullable(l.entry.used_memory)}});
+  }
+  json cmd = json::array();
+  for (const auto& a : p.cmdline) cmd.push_back(a);
+  return {{"pid", p.pid},
+          {"ns_pid", p.local_pid()},
+          {"nspid", p.nspid},
+          {"ppid", p.ppid},
+          {"pgid", p.pgrp},
+          {"sid", p.session},
+          {"uid", p.uid},
+          {"state", std::string(1, p.state)},
+          {"comm", p.comm},
+          {"cmdline", cmd},
+          {"gpu_memory", nullable(snap.gpu_memory(r))},
+          {"listed", r.listed()},
+          {"listings", listings},
+          {"devices", devices},
+          {"container", container_json(r)},
+          {"pod", pod_json(r)}};
+}
+
+}  // namespace
+
+json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found) {
+  json processes = json::array();
+  for (const auto& r : snap.records) {
+    if (r.process.pid == snap.self_pid) continue;
+    // Every GPU-related process, and every zombie or orphan a finding names.
+    bool named = false;
+    for (const auto& f : found) named = named || (f.pid && *f.pid == r.process.pid);
+    if (gpu_related(r) || named) processes.push_back(process_json(snap, r));
+  }
+  json dead = json::array();
+  for (const auto& l : snap.listings) {
+    if (l.match != node::PidMatch::dead) continue;
+    dead.push_back({{"gpu", l.device_index},
+                    {"pid", l.entry.pid},
+                    {"used_memory", nullable(l.entry.used_memory)}});
+  }
+  json fs = json::array();
+  for (const auto& f : found) {
+    json one = {{"kind", findings::to_string(f.kind)},
+                {"severity", findings::to_string(f.severity)},
+                {"pid", f.pid ? json(*f.pid) : json(nullptr)},
+                {"gpu", f.device ? json(*f.device) : json(nullptr)},
+                {"message", f.message},
+                {"advice", f.advice}};
+    if (f.kind == findings::Kind::zombie) one["pids"] = f.pids;
+    if (f.kind == findings::Kind::orphaned_context) {
+      json holders = json::array();
+      for (const auto& h : f.holders) {
+        holders.push_back({{"pid", h.pid}, {"comm", h.comm}, {"reason", h.reason}});
+      }
+      one["holders"] = holders;
+    }
+    fs.push_back(std::move(one));
+  }
+  const Summary s = summarize(snap, found);
+  json gpu = gpu::snapshot_to_json(snap.gpu);
+  gpu["backend"] = snap.gpu_backend;
+  if (!snap.gpu_unavailable_reason.empty()) gpu["unavailable_reason"] = snap.gpu_unavailable_reason;
+  return {{"schema", kJsonSchema},
+          {"taken_at", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(snap.taken_at)))},
+          {"host_root", snap.host_root},
+          {"gpu", gpu},
+          {"processes", processes},
+          {"dead_listed", dead},
+          {"findings", fs},
+          {"summary",
+           {{"gpu_processes", s.gpu_processes},
+            {"listed", s.listed},
+            {"hidden", s.hidden},
+            {"dead_listed", s.dead_listed},
+            {"zombies", s.zombies},
+            {"orphans", s.orphans},
+            {"findings", s.findings},
+            {"clean", s.findings == 0}}},
+          {"scan",
+           {{"listed", snap.scan_stats.listed},
+            {"scanned", snap.scan_stats.scanned},
+            {"vanished", snap.scan_stats.vanished},
+            {"denied", snap.scan_stats.denied},
+            {"malformed", snap.scan_stats.malformed}}}};
+}
+
+}  // namespace gpureap::report

@@ -1,0 +1,47 @@
+// Renderers: the NodeSnapshot and its findings as a human table, as versioned
+// JSON (docs/json-schema.md), and the counts both share.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "findings/finding.hpp"
+#include "node/snapshot.hpp"
+
+namespace gpureap::report {
+
+inline constexpr int kJsonSchema = 1;
+
+struct Summary {
+  unsigned gpu_processes = 0;  // live processes listed by the driver or holding GPU descriptors
+  unsigned listed = 0;         // live and listed by the driver
+  unsigned dead_listed = 0;    // listed by the driver, no such process
+  unsigned hidden = 0;         // hold descriptors, not listed
+  unsigned zombies = 0;
+  unsigned orphans = 0;
+  unsigned findings = 0;       // warning or worse
+  unsigned scan_skipped = 0;   // vanished + denied + malformed /proc entries
+};
+
+Summary summarize(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found);
+
+// The plan's trace table (PID, LOCAL_PID, STATE, GPU_MEM, LISTED, QOS, POD, NAMESPACE,
+// CONTAINER, COMMAND), then findings with advice, then the summary.
+std::string render_trace_table(const node::NodeSnapshot& snap,
+                               const std::vector<findings::Finding>& found);
+
+// {"schema": 1, "taken_at", "host_root", "gpu", "processes", "findings", "summary", "scan"}
+nlohmann::json trace_json(const node::NodeSnapshot& snap,
+                          const std::vector<findings::Finding>& found);
+
+// The plan's node view: GPU summary, driver-listed processes, unlisted holders,
+// ghost memory, other findings. (`gpureap node`; its --json is trace_json.)
+std::string render_node_report(const node::NodeSnapshot& snap,
+                               const std::vector<findings::Finding>& found);
+
+// Helpers shared by the renderers of other subcommands.
+std::string format_bytes(std::uint64_t bytes);
+bool gpu_related(const node::ProcessRecord& r);
+
+}  // namespace gpureap::report

@@ -1,0 +1,169 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+#include "report/report.hpp"
+
+namespace gpureap::report {
+
+std::string format_bytes(std::uint64_t bytes) {
+  if (bytes >= (1ULL << 30)) {
+    return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / static_cast<double>(1ULL << 30));
+  }
+  return fmt::format("{} MiB", bytes >> 20);
+}
+
+namespace {
+
+std::string cut(std::string s, std::size_t width) {
+  if (s.size() > width) {
+    s.resize(width - 1);
+    s += "~";
+  }
+  return s;
+}
+
+std::string join_cmdline(const proc::Process& p) {
+  if (p.cmdline.empty()) return "[" + p.comm + "]";
+  std::string s;
+  for (const auto& a : p.cmdline) {
+    if (!s.empty()) s += ' ';
+    s += a;
+  }
+  return s;
+}
+
+struct Row {
+  std::string pid, local, state, mem, listed, qos, pod, ns, container, command;
+};
+
+Row row_for(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
+  const auto& p = r.process;
+  Row row;
+  row.pid = std::to_string(p.pid);
+  row.local = p.nspid.size() >= 2 ? std::to_string(p.local_pid()) : "-";
+  row.state = std::string(1, p.state);
+  if (auto mem = snap.gpu_memory(r)) {
+    row.mem = format_bytes(*mem);
+  } else {
+    row.mem = r.listed() ? "n/a" : "fd_only";
+  }
+  row.listed = r.listed() ? "Y" : "N";
+  if (r.listed()) {
+    auto m = snap.listings[r.listings.front()].match;
+    if (m != node::PidMatch::host) row.listed += "(" + std::string(node::to_string(m)) + ")";
+  }
+  if (r.container) {
+    const auto& c = *r.container;
+    row.qos = std::string(container::to_string(c.ref.qos));
+    if (c.meta) {
+      row.pod = c.meta->pod_name;
+      row.ns = c.meta->pod_namespace;
+      row.container = c.meta->container_name;
+    }
+    if (row.pod.empty()) row.pod = "uid:" + c.ref.pod_uid;
+    if (row.container.empty()) row.container = c.ref.id.substr(0, 12);
+    if (c.deleted) row.pod += " (deleted)";
+  } else {
+    row.qos = "host";
+    row.pod = "-";
+    row.ns = "-";
+    row.container = "-";
+  }
+  row.command = cut(join_cmdline(p), 40);
+  return row;
+}
+
+}  // namespace
+
+std::string render_trace_table(const node::NodeSnapshot& snap,
+                               const std::vector<findings::Finding>& found) {
+  std::vector<Row> rows;
+  for (const auto& r : snap.records) {
+    if (r.process.pid == snap.self_pid || !gpu_related(r)) continue;
+    rows.push_back(row_for(snap, r));
+  }
+  for (const auto& l : snap.listings) {
+    if (l.match != node::PidMatch::dead) continue;
+    Row row;
+    row.pid = std::to_string(l.entry.pid);
+    row.local = "-";
+    row.state = "DEAD";
+    row.mem = l.entry.used_memory ? format_bytes(*l.entry.used_memory) : "n/a";
+    row.listed = "Y";
+    row.qos = "-";
+    row.pod = "(no such process: orphaned context)";
+    row.ns = "-";
+    row.container = "-";
+    row.command = "-";
+    rows.push_back(std::move(row));
+  }
+
+  const Row header{"PID", "LOCAL_PID", "STATE", "GPU_MEM", "LISTED", "QOS", "POD",
+                   "NAMESPACE", "CONTAINER", "COMMAND"};
+  auto fields = [](const Row& r) {
+    return std::array<const std::string*, 10>{&r.pid, &r.local, &r.state, &r.mem, &r.listed,
+                                              &r.qos, &r.pod, &r.ns, &r.container, &r.command};
+  };
+  std::array<std::size_t, 10> width{};
+  for (const Row* r : {&header}) {
+    auto f = fields(*r);
+    for (std::size_t i = 0; i < f.size(); ++i) width[i] = std::max(width[i], f[i]->size());
+  }
+  for (const auto& r : rows) {
+    auto f = fields(r);
+    for (std::size_t i = 0; i < f.size(); ++i) width[i] = std::max(width[i], f[i]->size());
+  }
+  std::string out;
+  auto emit = [&](const Row& r) {
+    auto f = fields(r);
+    std::string line;
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      line += fmt::format("{:<{}}", *f[i], i + 1 < f.size() ? width[i] + 2 : 0);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  };
+  emit(header);
+  for (const auto& r : rows) emit(r);
+  if (rows.empty()) out += "(no process holds or is listed on a GPU)\n";
+
+  out += "\nGPUs";
+  out += snap.gpu.driver_version.empty() ? ":\n" : fmt::format(" (driver {}):\n", snap.gpu.driver_version);
+  if (snap.gpu.devices.empty()) {
+    out += fmt::format("  none ({})\n", snap.gpu_unavailable_reason.empty()
+                                            ? "the backend reports no devices"
+                                            : snap.gpu_unavailable_reason);
+  }
+  for (const auto& d : snap.gpu.devices) {
+    std::string mem = "memory n/a";
+    if (d.memory) {
+      mem = fmt::format("{} used of {}", format_bytes(d.memory->used), format_bytes(d.memory->total));
+      mem += d.memory->reserved ? fmt::format(", {} reserved", format_bytes(*d.memory->reserved))
+                                : " (v1: includes reserved)";
+    }
+    out += fmt::format("  {} {} {}: {}, {} listed\n", d.index, d.name, d.uuid, mem,
+                       d.processes.size());
+  }
+
+  if (!found.empty()) {
+    out += "\nFindings:\n";
+    for (const auto& f : found) {
+      out += fmt::format("  [{}] {}: {}\n", findings::to_string(f.severity),
+                         findings::to_string(f.kind), f.message);
+      out += fmt::format("      advice: {}\n", f.advice);
+    }
+  }
+
+  const Summary s = summarize(snap, found);
+  out += fmt::format(
+      "\nSummary: {} GPU processes ({} listed, {} hidden), {} listed PIDs dead (orphaned "
+      "contexts), {} zombies, {} orphans, {} findings",
+      s.gpu_processes, s.listed, s.hidden, s.dead_listed, s.zombies, s.orphans, s.findings);
+  if (s.scan_skipped > 0) out += fmt::format("; {} /proc entries skipped", s.scan_skipped);
+  out += "\n";
+  return out;
+}
+
+}  // namespace gpureap::report

@@ -1,0 +1,299 @@
+// Detectors, the PID matcher and the renderers on hand-built snapshots: each
+// case states the node situation it stands for.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "findings/finding.hpp"
+#include "node/snapshot.hpp"
+#include "report/report.hpp"
+
+namespace {
+
+using gpureap::findings::Kind;
+using gpureap::findings::Severity;
+using gpureap::node::NodeSnapshot;
+using gpureap::node::PidMatch;
+using gpureap::node::ProcessRecord;
+namespace container = gpureap::container;
+namespace proc = gpureap::proc;
+namespace gpu = gpureap::gpu;
+
+constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
+
+proc::Process process(pid_t pid, pid_t ppid, const char* comm, char state = 'S') {
+  proc::Process p;
+  p.pid = p.tgid = pid;
+  p.ppid = ppid;
+  p.pgrp = p.session = pid;
+  p.comm = comm;
+  p.state = state;
+  p.nspid = {pid};
+  return p;
+}
+
+container::ContainerInfo in_pod(const std::string& id, const std::string& pod) {
+  container::ContainerInfo c;
+  c.ref.id = id;
+  c.ref.runtime = container::Runtime::containerd;
+  c.ref.pod_uid = "11111111-2222-3333-4444-555555555555";
+  c.ref.qos = container::Qos::burstable;
+  c.meta = container::PodMeta{pod, "ns", c.ref.pod_uid, "worker", "containerd"};
+  return c;
+}
+
+class Builder {
+ public:
+  ProcessRecord& add(proc::Process p, std::optional<container::ContainerInfo> c = std::nullopt) {
+    ProcessRecord r;
+    r.process = std::move(p);
+    r.container = std::move(c);
+    snap_.records.push_back(std::move(r));
+    return snap_.records.back();
+  }
+  gpu::GpuDevice& device(unsigned index, std::uint64_t used, std::optional<std::uint64_t> reserved) {
+    gpu::GpuDevice d;
+    d.index = index;
+    d.minor = index;
+    d.uuid = "GPU-" + std::to_string(index);
+    d.name = "Test GPU";
+    d.memory = gpu::GpuMemory{80ULL << 30, used, reserved};
+    snap_.gpu.devices.push_back(d);
+    return snap_.gpu.devices.back();
+  }
+  void list(unsigned device, std::uint32_t pid, std::optional<std::uint64_t> bytes) {
+    for (auto& d : snap_.gpu.devices) {
+      if (d.index == device) d.processes.push_back({pid, bytes});
+    }
+    gpureap::node::DriverListing l;
+    l.device_index = device;
+    l.entry = {pid, bytes};
+    snap_.listings.push_back(l);
+  }
+  NodeSnapshot build(const gpureap::node::ReadOne& read_one = nullptr) {
+    std::sort(snap_.records.begin(), snap_.records.end(),
+              [](const ProcessRecord& a, const ProcessRecord& b) { return a.process.pid < b.process.pid; });
+    gpureap::node::match_listings(snap_, read_one);
+    return snap_;
+  }
+
+ private:
+  NodeSnapshot snap_;
+};
+
+TEST(MatchListings, HostPidThreadNamespaceAndDead) {
+  Builder b;
+  b.device(0, 0, 0);
+  auto holder = process(100, 1, "python3");
+  holder.gpu_fds = {{"nvidia0", 3}};
+  b.add(holder);
+  auto in_ns = process(200, 1, "worker");
+  in_ns.nspid = {200, 7};
+  in_ns.gpu_fds = {{"nvidia0", 2}};
+  b.add(in_ns);
+  b.list(0, 100, 1 * kMiB);    // host pid
+  b.list(0, 7, 2 * kMiB);      // container-local pid of 200
+  b.list(0, 150, 3 * kMiB);    // a thread of 100
+  b.list(0, 999, 4 * kMiB);    // nobody
+  auto snap = b.build([](pid_t pid) -> std::optional<proc::Process> {
+    if (pid != 150) return std::nullopt;
+    auto t = process(150, 1, "python3");
+    t.tgid = 100;
+    return t;
+  });
+  ASSERT_EQ(snap.listings.size(), 4U);
+  EXPECT_EQ(snap.listings[0].match, PidMatch::host);
+  EXPECT_EQ(snap.listings[1].match, PidMatch::namespace_);
+  EXPECT_EQ(snap.records[*snap.listings[1].record].process.pid, 200);
+  EXPECT_EQ(snap.listings[2].match, PidMatch::thread);
+  EXPECT_EQ(snap.records[*snap.listings[2].record].process.pid, 100);
+  EXPECT_EQ(snap.listings[3].match, PidMatch::dead);
+  EXPECT_EQ(snap.gpu_memory(*snap.find(100)), 4 * kMiB);  // own listing + its thread's
+}
+
+TEST(MatchListings, HostPidWithoutDescriptorsLosesToTheNamespacePidThatHoldsTheGpu) {
+  Builder b;
+  b.device(0, 0, 0);
+  b.add(process(7, 1, "kworker"));  // host pid 7: holds nothing
+  auto in_ns = process(300, 1, "worker");
+  in_ns.nspid = {300, 7};
+  in_ns.gpu_fds = {{"nvidia0", 1}};
+  b.add(in_ns);
+  b.list(0, 7, kMiB);
+  auto snap = b.build();
+  EXPECT_EQ(snap.listings[0].match, PidMatch::namespace_);
+  EXPECT_EQ(snap.records[*snap.listings[0].record].process.pid, 300);
+}
+
+TEST(MatchListings, ProcessStartedAfterTheScanIsInsertedInPidOrder) {
+  Builder b;
+  b.device(0, 0, 0);
+  b.add(process(10, 1, "a"));
+  b.add(process(30, 1, "c"));
+  b.list(0, 30, kMiB);
+  b.list(0, 20, kMiB);
+  auto snap = b.build([](pid_t pid) -> std::optional<proc::Process> {
+    if (pid == 20) return process(20, 1, "late");
+    return std::nullopt;
+  });
+  ASSERT_EQ(snap.records.size(), 3U);
+  EXPECT_EQ(snap.records[1].process.pid, 20);
+  EXPECT_EQ(snap.records[*snap.listings[0].record].process.pid, 30);
+  EXPECT_EQ(snap.records[*snap.listings[1].record].process.pid, 20);
+}
+
+TEST(DetectZombies, NamesTheParentAndBlamesANonReapingContainerInit) {
+  Builder b;
+  auto init = process(100, 50, "sleep");
+  init.nspid = {100, 1};
+  b.add(init, in_pod("c1", "pod-a"));
+  auto z = process(101, 100, "python3", 'Z');
+  z.nspid = {101, 2};
+  b.add(z, in_pod("c1", "pod-a"));
+  auto found = gpureap::findings::detect_zombies(b.build());
+  ASSERT_EQ(found.size(), 1U);
+  EXPECT_EQ(found[0].pid, 101);
+  EXPECT_NE(found[0].message.find("PID 1"), std::string::npos);
+  EXPECT_NE(found[0].advice.find("init"), std::string::npos);
+}
+
+TEST(DetectOrphans, AdoptedFromAnotherSessionButNotTheInitsOwnChildren) {
+  Builder b;
+  auto init = process(100, 50, "tini");
+  init.nspid = {100, 1};
+  b.add(init, in_pod("c1", "pod-a"));
+  auto own = process(101, 100, "app");  // tini's child: own group, tini's session
+  own.nspid = {101, 2};
+  own.session = 100;
+  b.add(own, in_pod("c1", "pod-a"));
+  auto adopted = process(120, 100, "gpu_worker");  // session of a dead exec'd shell
+  adopted.nspid = {120, 9};
+  adopted.session = 110;
+  adopted.pgrp = 115;
+  adopted.gpu_fds = {{"nvidia0", 4}};
+  b.add(adopted, in_pod("c1", "pod-a"));
+  auto host_child = process(400, 1, "sshd");  // host processes are never orphans here
+  b.add(host_child);
+  auto lost = process(500, 1, "stray");  // in a container, adopted by the host's PID 1
+  b.add(lost, in_pod("c2", "pod-b"));
+  auto found = gpureap::findings::detect_orphans(b.build());
+  ASSERT_EQ(found.size(), 2U);
+  EXPECT_EQ(found[0].pid, 120);
+  EXPECT_NE(found[0].message.find("holds GPU descriptors"), std::string::npos);
+  EXPECT_EQ(found[1].pid, 500);
+  EXPECT_NE(found[1].message.find("host's PID 1"), std::string::npos);
+}
+
+TEST(DetectOrphanedContexts, NamesGroupMembersAndUnlistedHoldersOfTheDevice) {
+  Builder b;
+  b.device(0, 2048 * kMiB, 615 * kMiB);
+  auto child = process(601, 1, "python3");
+  child.pgrp = 600;  // the dead creator led its group
+  child.gpu_fds = {{"nvidia0", 30}, {"nvidiactl", 1}};
+  b.add(child, in_pod("c1", "pod-a"));
+  auto other = process(700, 1, "other");  // a holder of the same device, not listed
+  other.gpu_fds = {{"nvidia0", 1}};
+  b.add(other);
+  auto listed = process(800, 1, "trainer");  // has its own context: not an inheritor
+  listed.gpu_fds = {{"nvidia0", 5}};
+  b.add(listed);
+  b.list(0, 600, 2048 * kMiB);
+  b.list(0, 800, 1 * kMiB);
+  auto found = gpureap::findings::detect_orphaned_contexts(b.build());
+  ASSERT_EQ(found.size(), 1U);
+  EXPECT_EQ(found[0].severity, Severity::critical);
+  EXPECT_EQ(found[0].pid, 600);
+  ASSERT_EQ(found[0].holders.size(), 2U);
+  EXPECT_EQ(found[0].holders[0].pid, 601);
+  EXPECT_EQ(found[0].holders[0].reason, "same process group");
+  EXPECT_EQ(found[0].holders[1].pid, 700);
+}
+
+TEST(DetectOrphanedContexts, NoHolderSaysSoAndAdvisesAReset) {
+  Builder b;
+  b.device(0, kMiB, 0);
+  b.list(0, 4242, std::nullopt);
+  auto found = gpureap::findings::detect_orphaned_contexts(b.build());
+  ASSERT_EQ(found.size(), 1U);
+  EXPECT_TRUE(found[0].holders.empty());
+  EXPECT_NE(found[0].message.find("memory n/a"), std::string::npos);
+  EXPECT_NE(found[0].advice.find("reset"), std::string::npos);
+}
+
+TEST(DetectHiddenHolders, SeverityByWhatIsHeldAndWhoHoldsIt) {
+  Builder b;
+  b.device(0, 0, 0);
+  auto ctl_only = process(10, 1, "app");
+  ctl_only.gpu_fds = {{"nvidiactl", 1}};
+  b.add(ctl_only);
+  auto monitor = process(11, 1, "dcgm-exporter");
+  monitor.gpu_fds = {{"nvidia0", 1}};
+  b.add(monitor);
+  auto hidden = process(12, 1, "python3");
+  hidden.gpu_fds = {{"nvidia0", 2}};
+  b.add(hidden);
+  auto self = process(13, 1, "gpureap");
+  self.gpu_fds = {{"nvidia0", 1}};
+  b.add(self);
+  auto snap = b.build();
+  snap.self_pid = 13;
+  auto found = gpureap::findings::detect_hidden_holders(snap, {});
+  ASSERT_EQ(found.size(), 3U);
+  EXPECT_EQ(found[0].severity, Severity::info);
+  EXPECT_EQ(found[1].severity, Severity::info);
+  EXPECT_EQ(found[2].severity, Severity::warning);
+  EXPECT_TRUE(gpureap::findings::fails_check(found));
+  found.pop_back();
+  EXPECT_FALSE(gpureap::findings::fails_check(found));
+}
+
+TEST(DetectGhostMemory, OnlyV2UsedAboveThresholdWithNoListedProcess) {
+  Builder b;
+  b.device(0, 1024 * kMiB, 615 * kMiB);           // ghost
+  b.device(1, 1024 * kMiB, std::nullopt);          // v1 only: used includes reserved, skip
+  b.device(2, 64 * kMiB, 615 * kMiB);              // under the threshold
+  b.device(3, 1024 * kMiB, 615 * kMiB);            // has a listed process
+  b.add(process(5, 1, "x"));
+  b.list(3, 5, 1024 * kMiB);
+  auto found = gpureap::findings::detect_ghost_memory(b.build(), {});
+  ASSERT_EQ(found.size(), 1U);
+  EXPECT_EQ(found[0].device, 0U);
+  EXPECT_EQ(found[0].kind, Kind::ghost_memory);
+}
+
+TEST(Report, JsonCarriesSchemaProcessesFindingsAndSummary) {
+  Builder b;
+  b.device(0, 2048 * kMiB, 615 * kMiB);
+  auto worker = process(300, 200, "python3");
+  worker.nspid = {300, 5};
+  worker.gpu_fds = {{"nvidia0", 3}};
+  b.add(worker, in_pod("c1", "pod-a"));
+  b.list(0, 300, 2048 * kMiB);
+  b.list(0, 301, 512 * kMiB);
+  auto snap = b.build();
+  auto found = gpureap::findings::detect_all(snap);
+  auto doc = gpureap::report::trace_json(snap, found);
+  EXPECT_EQ(doc["schema"], 1);
+  ASSERT_EQ(doc["processes"].size(), 1U);
+  const auto& p = doc["processes"][0];
+  EXPECT_EQ(p["pid"], 300);
+  EXPECT_EQ(p["ns_pid"], 5);
+  EXPECT_EQ(p["gpu_memory"], 2048 * kMiB);
+  EXPECT_EQ(p["pod"]["name"], "pod-a");
+  EXPECT_EQ(p["pod"]["qos"], "burstable");
+  EXPECT_EQ(p["container"]["name"], "worker");
+  EXPECT_EQ(doc["dead_listed"][0]["pid"], 301);
+  EXPECT_EQ(doc["findings"][0]["kind"], "orphaned_context");
+  EXPECT_TRUE(doc["findings"][0].contains("holders"));
+  EXPECT_EQ(doc["summary"]["dead_listed"], 1);
+  EXPECT_FALSE(doc["summary"]["clean"].get<bool>());
+  EXPECT_EQ(doc["gpu"]["devices"][0]["memory"]["reserved"], 615 * kMiB);
+
+  const auto table = gpureap::report::render_trace_table(snap, found);
+  for (const char* want : {"PID", "LOCAL_PID", "STATE", "GPU_MEM", "LISTED", "QOS", "POD",
+                           "NAMESPACE", "CONTAINER", "pod-a", "2.0 GiB", "DEAD", "advice:"}) {
+    EXPECT_NE(table.find(want), std::string::npos) << want << "\n" << table;
+  }
+}
+
+}  // namespace
