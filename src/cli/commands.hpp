@@ -1,0 +1,13 @@
+// One register function per subcommand; each sets `run` to its action when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace gpureap::cli {
+
+void register_trace(CLI::App& app, std::function<int()>& run);
+void register_node(CLI::App& app, std::function<int()>& run);
+void register_snapshot(CLI::App& app, std::function<int()>& run);
+
+}  // namespace gpureap::cli

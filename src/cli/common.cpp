@@ -1,0 +1,31 @@
+#include "cli/common.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+namespace gpureap::cli {
+
+void add_common_options(CLI::App& cmd, CommonOptions& options) {
+  cmd.add_option("--host-root", options.host_root,
+                 "Host filesystem root to read /proc, /sys, /run, /var/log under "
+                 "(env GPUREAP_HOST_ROOT; default /)");
+  cmd.add_option("--gpu", options.gpu, "GPU backend: auto|nvml|sim|json:FILE|none")
+      ->capture_default_str();
+  cmd.add_flag("--json", options.json, "Print versioned JSON on stdout (logs stay on stderr)");
+  cmd.add_option("--threads", options.threads, "Process-scan threads (0 = one per core, max 8)")
+      ->capture_default_str();
+}
+
+unsigned effective_threads(const CommonOptions& options) {
+  if (options.threads > 0) return options.threads;
+  return std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
+}
+
+void log_error(const std::string& message) { fmt::print(stderr, "gpureap: {}\n", message); }
+void log_note(const std::string& message) { fmt::print(stderr, "gpureap: {}\n", message); }
+
+}  // namespace gpureap::cli

@@ -1,0 +1,29 @@
+// Options every node-reading subcommand shares, and the exit codes of checks
+// (node-problem-detector's convention).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+namespace gpureap::cli {
+
+inline constexpr int kExitClean = 0;
+inline constexpr int kExitFindings = 1;
+inline constexpr int kExitCouldNotCheck = 2;
+
+struct CommonOptions {
+  std::optional<std::string> host_root;  // else $GPUREAP_HOST_ROOT, else "/"
+  std::string gpu = "auto";              // auto|nvml|sim|json:FILE|none
+  bool json = false;
+  unsigned threads = 0;                  // 0: one per core, at most 8
+};
+
+void add_common_options(CLI::App& cmd, CommonOptions& options);
+unsigned effective_threads(const CommonOptions& options);
+
+// "gpureap: <message>" on stderr.
+void log_error(const std::string& message);
+void log_note(const std::string& message);
+
+}  // namespace gpureap::cli

@@ -1,0 +1,56 @@
+// gpureap trace: every GPU-holding process on the node, mapped to its pod,
+// with what is wrong. Exit 0 clean, 1 findings, 2 could not check.
+#include "cli/commands.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/common.hpp"
+#include "cli/session.hpp"
+#include "findings/finding.hpp"
+#include "report/report.hpp"
+
+namespace gpureap::cli {
+
+namespace {
+
+struct TraceOptions {
+  CommonOptions common;
+  std::uint64_t ghost_threshold_mib = 128;
+};
+
+int run_trace(const TraceOptions& opt) {
+  auto snap = take_node_snapshot(opt.common);
+  if (!snap) {
+    log_error(snap.error().message);
+    return kExitCouldNotCheck;
+  }
+  findings::DetectOptions detect;
+  detect.ghost_threshold_bytes = opt.ghost_threshold_mib << 20;
+  const auto found = findings::detect_all(*snap, detect);
+  if (opt.common.json) {
+    fmt::print("{}\n", report::trace_json(*snap, found).dump(2));
+  } else {
+    fmt::print("{}", report::render_trace_table(*snap, found));
+  }
+  std::fflush(stdout);
+  return findings::fails_check(found) ? kExitFindings : kExitClean;
+}
+
+}  // namespace
+
+void register_trace(CLI::App& app, std::function<int()>& run) {
+  auto opt = std::make_shared<TraceOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "trace", "Every GPU-holding process on the node, mapped to its pod, with what is wrong");
+  add_common_options(*cmd, opt->common);
+  cmd->add_option("--ghost-threshold-mib", opt->ghost_threshold_mib,
+                  "Used GPU memory (v2, reserved excluded) with no listed process that counts as "
+                  "ghost memory")
+      ->capture_default_str();
+  cmd->callback([opt, &run] { run = [opt] { return run_trace(*opt); }; });
+}
+
+}  // namespace gpureap::cli
