@@ -1,6 +1,7 @@
 #include "cli/session.hpp"
 
 #include "container/pod_resolver.hpp"
+#include "findings/finding.hpp"
 #include "gpu/backend.hpp"
 #include "node/take.hpp"
 #include "sys/host_root.hpp"
@@ -16,6 +17,7 @@ sys::Result<node::NodeSnapshot> take_node_snapshot(const CommonOptions& options)
   const auto resolvers = container::default_resolvers(*root, container::ResolverOptions{});
   node::SnapshotOptions snap_options;
   snap_options.threads = effective_threads(options);
+  snap_options.env_keys = findings::nccl_env_keys();  // torch.distributed jobs (nccl_missing_rank)
   return node::take_snapshot(*root, **backend, resolvers, snap_options);
 }
 

@@ -15,6 +15,7 @@ std::string_view to_string(Kind k) {
     case Kind::orphaned_context: return "orphaned_context";
     case Kind::hidden_holder: return "hidden_holder";
     case Kind::ghost_memory: return "ghost_memory";
+    case Kind::nccl_missing_rank: return "nccl_missing_rank";
   }
   return "unknown";
 }
@@ -282,6 +283,7 @@ std::vector<Finding> detect_all(const NodeSnapshot& snap, const DetectOptions& o
   };
   append(detect_orphaned_contexts(snap));
   append(detect_ghost_memory(snap, opt));
+  append(detect_nccl_missing_ranks(snap));
   append(detect_zombies(snap));
   append(detect_orphans(snap));
   append(detect_hidden_holders(snap, opt));

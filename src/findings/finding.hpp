@@ -14,7 +14,7 @@
 
 namespace gpureap::findings {
 
-enum class Kind { zombie, orphan, orphaned_context, hidden_holder, ghost_memory };
+enum class Kind { zombie, orphan, orphaned_context, hidden_holder, ghost_memory, nccl_missing_rank };
 // info does not make a check fail; warning and critical do (exit 1).
 enum class Severity { info, warning, critical };
 
@@ -28,6 +28,47 @@ struct Holder {
   std::string reason;  // "same process group", "same session", "same container", "holds nvidia0"
 };
 
+// nccl_missing_rank: what a surviving rank will do about its dead peer, from its
+// environment (TORCH_NCCL_ASYNC_ERROR_HANDLING, TORCH_NCCL_BLOCKING_WAIT).
+enum class Watchdog {
+  teardown,      // async error handling 1 or 3 (3 is PyTorch >= 2.2's default): ends it after the timeout
+  cleanup_only,  // async error handling 2: communicators aborted after the timeout, process lives on
+  blocking_wait, // TORCH_NCCL_BLOCKING_WAIT=1: the collective raises after the timeout
+  hang,          // async error handling 0: spins until killed
+  unknown,       // a value PyTorch would reject
+};
+std::string_view to_string(Watchdog w);
+
+struct NcclSurvivor {
+  pid_t pid = 0;
+  std::string comm;
+  std::optional<int> rank;
+  int local_rank = 0;
+  std::optional<std::uint64_t> gpu_memory;  // driver's number; nullopt when not listed / n/a
+  std::vector<unsigned> gpus;               // devices the driver lists it on
+  Watchdog watchdog = Watchdog::teardown;
+  std::string watchdog_env;                 // "TORCH_NCCL_ASYNC_ERROR_HANDLING=0", or "default"
+  std::string watchdog_detail;              // the verdict in words
+};
+
+// One torch.distributed job's ranks on this node (one pod, or the host).
+struct NcclGroup {
+  std::string scope;             // "pod <uid>", "container <id>", "host"
+  std::string run_id;            // TORCHELASTIC_RUN_ID ("" when unset)
+  std::string master_addr;
+  std::optional<int> master_port;
+  std::optional<int> world_size;
+  std::optional<int> group_rank;  // GROUP_RANK (torchrun's node rank) when set
+  int local_world_size = 0;
+  std::string local_world_size_source;  // "LOCAL_WORLD_SIZE" or how it was inferred
+  std::vector<int> present_local_ranks;
+  std::vector<int> missing_local_ranks;
+  std::vector<pid_t> zombie_pids;       // members that are zombies (counted as missing)
+  std::vector<NcclSurvivor> survivors;
+  std::uint64_t survivor_memory = 0;    // sum of the survivors' known GPU memory
+  std::string watchdog;                 // "hang" when any survivor hangs, else the common verdict or "mixed"
+};
+
 struct Finding {
   Kind kind = Kind::zombie;
   Severity severity = Severity::warning;
@@ -37,6 +78,7 @@ struct Finding {
   std::string advice;                  // what to do
   std::vector<Holder> holders;         // orphaned_context only
   std::vector<pid_t> pids;             // zombie: every zombie of the same parent (pid = the first)
+  std::optional<NcclGroup> group;      // nccl_missing_rank only
 };
 
 struct DetectOptions {
@@ -53,6 +95,11 @@ std::vector<Finding> detect_orphans(const node::NodeSnapshot& snap);
 std::vector<Finding> detect_orphaned_contexts(const node::NodeSnapshot& snap);
 std::vector<Finding> detect_hidden_holders(const node::NodeSnapshot& snap, const DetectOptions& opt);
 std::vector<Finding> detect_ghost_memory(const node::NodeSnapshot& snap, const DetectOptions& opt);
+// torch.distributed jobs on this node with local ranks missing while the others hold
+// GPU memory (src/findings/nccl.cpp; docs/nccl.md).
+std::vector<Finding> detect_nccl_missing_ranks(const node::NodeSnapshot& snap);
+// The environ keys detect_nccl_missing_ranks reads: the snapshot must keep them.
+std::vector<std::string> nccl_env_keys();
 // All detectors, in a stable order.
 std::vector<Finding> detect_all(const node::NodeSnapshot& snap, const DetectOptions& opt = {});
 

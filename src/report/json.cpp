@@ -65,6 +65,38 @@ json process_json(const node::NodeSnapshot& snap, const node::ProcessRecord& r) 
           {"pod", pod_json(r)}};
 }
 
+// nccl_missing_rank's job: identity, the local ranks present and missing, the survivors.
+json nccl_group_json(const findings::NcclGroup& g) {
+  auto str_or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  auto int_or_null = [](const std::optional<int>& v) { return v ? json(*v) : json(nullptr); };
+  json survivors = json::array();
+  for (const auto& s : g.survivors) {
+    survivors.push_back({{"pid", s.pid},
+                         {"comm", s.comm},
+                         {"rank", int_or_null(s.rank)},
+                         {"local_rank", s.local_rank},
+                         {"gpu_memory", nullable(s.gpu_memory)},
+                         {"gpus", s.gpus},
+                         {"watchdog", findings::to_string(s.watchdog)},
+                         {"watchdog_env", s.watchdog_env},
+                         {"watchdog_detail", s.watchdog_detail}});
+  }
+  return {{"scope", g.scope},
+          {"run_id", str_or_null(g.run_id)},
+          {"master_addr", str_or_null(g.master_addr)},
+          {"master_port", int_or_null(g.master_port)},
+          {"world_size", int_or_null(g.world_size)},
+          {"group_rank", int_or_null(g.group_rank)},
+          {"local_world_size", g.local_world_size},
+          {"local_world_size_source", g.local_world_size_source},
+          {"present_local_ranks", g.present_local_ranks},
+          {"missing_local_ranks", g.missing_local_ranks},
+          {"zombie_pids", g.zombie_pids},
+          {"survivors", survivors},
+          {"survivor_memory", g.survivor_memory},
+          {"watchdog", g.watchdog}};
+}
+
 }  // namespace
 
 json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found) {
@@ -99,6 +131,7 @@ json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Find
       }
       one["holders"] = holders;
     }
+    if (f.group) one["group"] = nccl_group_json(*f.group);
     fs.push_back(std::move(one));
   }
   const Summary s = summarize(snap, found);
