@@ -9,6 +9,7 @@ namespace gpureap::cli {
 void register_trace(CLI::App& app, std::function<int()>& run);
 void register_node(CLI::App& app, std::function<int()>& run);
 void register_snapshot(CLI::App& app, std::function<int()>& run);
+void register_observe(CLI::App& app, std::function<int()>& run);
 void register_prestop(CLI::App& app, std::function<int()>& run);
 
 }  // namespace gpureap::cli

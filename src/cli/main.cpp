@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   gpureap::cli::register_trace(app, run);
   gpureap::cli::register_node(app, run);
   gpureap::cli::register_snapshot(app, run);
+  gpureap::cli::register_observe(app, run);
   gpureap::cli::register_prestop(app, run);
   try {
     app.parse(argc, argv);

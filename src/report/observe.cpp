@@ -93,27 +93,31 @@ std::optional<Pid1Info> analyse_pid1(const NodeSnapshot& snap) {
 // --- [4] orphans ---------------------------------------------------------------
 
 // The kernel records no "forked by": what survives a dead parent is its session
-// and process group. A child PID 1 started itself keeps a live session and group
-// leader in this namespace; one adopted after its parent died often has lost one
-// of them (a leader outside the namespace shows as 0).
+// and process group. A child PID 1 started itself shares PID 1's session (and
+// group, or leads its own); one adopted after its parent died often belongs to
+// a session or group whose leader is gone (a leader outside this PID namespace
+// shows as 0) and that is not PID 1's.
 OrphanEntry classify_orphan(const NodeSnapshot& snap, const ProcessRecord& r) {
   OrphanEntry e;
   e.record = index_of(snap, r);
   const auto& p = r.process;
+  const ProcessRecord* init = snap.find(1);
   auto leader_alive = [&](pid_t id) {
     const ProcessRecord* l = id > 0 ? snap.find(id) : nullptr;
     return l != nullptr && live(*l);
   };
-  if (!leader_alive(p.session)) {
+  const bool init_session = init != nullptr && p.session == init->process.session;
+  const bool init_group = init != nullptr && p.pgrp == init->process.pgrp;
+  if (!init_session && !leader_alive(p.session)) {
     e.adopted = true;
     e.reason = p.session > 0 ? fmt::format("its session leader {} is gone", p.session)
                              : "its session leader is outside this PID namespace";
-  } else if (!leader_alive(p.pgrp)) {
+  } else if (!init_group && !leader_alive(p.pgrp)) {
     e.adopted = true;
     e.reason = p.pgrp > 0 ? fmt::format("its process-group leader {} is gone", p.pgrp)
                           : "its process-group leader is outside this PID namespace";
   } else {
-    e.reason = "session and group leaders alive: started by PID 1, or adopted (cannot tell)";
+    e.reason = "in PID 1's session, with live leaders: started by PID 1, or adopted (cannot tell)";
   }
   return e;
 }
