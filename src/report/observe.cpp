@@ -76,6 +76,12 @@ ObserveFinding from_finding(const Finding& f) {
   o.pid = f.pid;
   o.device = f.device;
   o.message = f.message;
+  // The detectors call a process outside any recognised container a "host
+  // process"; from inside a container every process here is the container's.
+  for (auto at = o.message.find(", host process"); at != std::string::npos;
+       at = o.message.find(", host process", at)) {
+    o.message.erase(at, std::string_view(", host process").size());
+  }
   o.advice = f.advice;
   o.holders = f.holders;
   o.pids = f.pids;
@@ -495,7 +501,10 @@ ObserveReport analyse_observe(const NodeSnapshot& snap, const std::vector<Findin
         "unlisted — run `gpureap trace` on the node to map them",
         ctx.not_visible, ctx.unlisted_holders.size()));
   }
-  if (ctx.may_hide) ctx.verdict.push_back("the driver may hide processes from this namespace");
+  if (ctx.may_hide) {
+    ctx.verdict.push_back("fewer listed processes than local holders: the driver may hide processes "
+                          "from this namespace, or they hold inherited descriptors");
+  }
   if (!ctx.ghost_devices.empty()) {
     ctx.verdict.push_back(fmt::format("ghost memory on {} GPU(s): used with no listed process",
                                       ctx.ghost_devices.size()));
