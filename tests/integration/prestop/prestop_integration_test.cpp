@@ -55,10 +55,13 @@ class PrestopNamespace : public ::testing::Test {
   }
 
   // Runs the scenario in a fresh PID namespace; prestop gets `prestop_args`.
-  NsRun run_in_namespace(json workers, const std::vector<std::string>& prestop_args, bool pid1_gpu = false) {
+  // `pid1_cgroup_procs`: a cgroup.procs file PID 1 joins before starting anything.
+  NsRun run_in_namespace(json workers, const std::vector<std::string>& prestop_args, bool pid1_gpu = false,
+                         const std::string& pid1_cgroup_procs = "") {
     std::vector<std::string> prestop = {kGpureap, "prestop", "--gpu", "sim", "--json"};
     prestop.insert(prestop.end(), prestop_args.begin(), prestop_args.end());
     json config = {{"pid1_gpu", pid1_gpu}, {"workers", workers}, {"prestop", prestop}, {"out_dir", tmp_.path()}};
+    if (!pid1_cgroup_procs.empty()) config["cgroup_procs"] = pid1_cgroup_procs;
     Child ns = Child::spawn({"/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", kHelper,
                              config.dump()},
                             env_);
@@ -170,6 +173,36 @@ TEST_F(PrestopNamespace, GpuUserOfANestedPidNamespaceIsNotSignalled) {
   bool other_ns = false;
   for (const auto& s : r.prestop["skipped"]) other_ns = other_ns || s["reason"] == "other_pid_namespace";
   EXPECT_TRUE(other_ns) << r.prestop["skipped"].dump(2);
+}
+
+TEST_F(PrestopNamespace, InAContainerOnlyItsOwnContainersProcessesAreSignalled) {
+  // Two kubelet-named containers of one pod sharing a PID namespace
+  // (shareProcessNamespace): the hook runs in "worker"; the sidecar's GPU user is not its.
+  const auto v1 = gpureap::testing::cgroup_v1_memory_mount();
+  const auto v2 = gpureap::testing::cgroup_v2_mount();
+  ASSERT_TRUE(v1 || v2) << "no cgroup hierarchy mounted";
+  const std::string mount = v1 ? *v1 : *v2;
+  const std::string pod = "/kubepods/burstable/pod" + gpureap::testing::random_uuid();
+  const std::string id_ours = gpureap::testing::random_hex(64);
+  const std::string id_sidecar = gpureap::testing::random_hex(64);
+  gpureap::testing::Cgroup ours(mount, pod + "/" + id_ours);
+  gpureap::testing::Cgroup sidecar(mount, pod + "/" + id_sidecar);
+  json side = hold();
+  side["cgroup_procs"] = mount + sidecar.path() + "/cgroup.procs";
+  auto r = run_in_namespace(json::array({hold(), side}), {"--deadline", "2", "--term-wait", "1"}, false,
+                            mount + ours.path() + "/cgroup.procs");
+  ASSERT_TRUE(r.prestop.is_object());
+  EXPECT_EQ(prestop_exit(r), 0) << r.result["prestop_err"];
+  EXPECT_EQ(r.prestop["self"]["container_id"], id_ours);
+  EXPECT_EQ(r.result["workers"][0]["end"], json({{"state", "signaled"}, {"signal", SIGTERM}}));
+  EXPECT_EQ(r.result["workers"][1]["end"]["state"], "alive");
+  ASSERT_EQ(r.prestop["targets"].size(), 1U);
+  EXPECT_EQ(r.prestop["targets"][0]["pid"], r.result["workers"][0]["pid"]);
+  bool other = false;
+  for (const auto& s : r.prestop["skipped"]) {
+    other = other || (s["pid"] == r.result["workers"][1]["pid"] && s["reason"] == "other_container");
+  }
+  EXPECT_TRUE(other) << r.prestop["skipped"].dump(2);
 }
 
 TEST_F(PrestopNamespace, EmptyContainerIsACleanNoOp) {

@@ -77,6 +77,14 @@ std::string slurp(const std::string& path) {
   return out;
 }
 
+// Moves `pid` (0: ourselves) into the cgroup whose cgroup.procs is `procs`.
+void join_cgroup(const std::string& procs, pid_t pid) {
+  FILE* f = std::fopen(procs.c_str(), "w");
+  if (f == nullptr) die("open " + procs);
+  const bool ok = std::fprintf(f, "%d\n", pid) > 0;
+  if (std::fclose(f) != 0 || !ok) die("cannot move pid " + std::to_string(pid) + " into " + procs);
+}
+
 json wait_status(int status) {
   if (WIFEXITED(status)) return {{"state", "exited"}, {"code", WEXITSTATUS(status)}};
   if (WIFSIGNALED(status)) return {{"state", "signaled"}, {"signal", WTERMSIG(status)}};
@@ -94,6 +102,9 @@ int main(int argc, char** argv) {
   sigemptyset(&watched);
   for (int s : kWatched) sigaddset(&watched, s);
   ::sigprocmask(SIG_BLOCK, &watched, nullptr);
+
+  // The "container": PID 1 joins a cgroup first, so every process it starts is in it.
+  if (config.contains("cgroup_procs")) join_cgroup(config["cgroup_procs"].get<std::string>(), 0);
 
   std::optional<gpureap::gpu::sim::Context> own;
   if (config.value("pid1_gpu", false)) {
@@ -115,6 +126,8 @@ int main(int argc, char** argv) {
     if (!ready) die("worker " + w.at("argv").dump() + " printed no ready line");
     outs.push_back(p[0]);  // kept open: a worker never gets SIGPIPE from us
     pids.push_back(pid);
+    // A process of another container sharing the PID namespace (shareProcessNamespace).
+    if (w.contains("cgroup_procs")) join_cgroup(w["cgroup_procs"].get<std::string>(), pid);
     workers.push_back({{"pid", pid}, {"ready", json::parse(*ready, nullptr, false)}});
   }
 
