@@ -27,7 +27,7 @@ int run_node(const CommonOptions& opt) {
   }
   const auto found = findings::detect_all(*snap);
   if (opt.json) {
-    fmt::print("{}\n", report::trace_json(*snap, found).dump(2));
+    fmt::print("{}\n", report::json_text(report::trace_json(*snap, found)));
   } else {
     fmt::print("{}", report::render_node_report(*snap, found));
   }
@@ -52,7 +52,7 @@ int run_snapshot(const CommonOptions& opt, const std::string& output) {
     log_error(snap.error().message);
     return kExitCouldNotCheck;
   }
-  const std::string text = gpu::snapshot_to_json(*snap).dump(2) + "\n";
+  const std::string text = report::json_text(gpu::snapshot_to_json(*snap)) + "\n";
   if (output.empty() || output == "-") {
     fmt::print("{}", text);
     return kExitClean;

@@ -31,7 +31,7 @@ int run_trace(const TraceOptions& opt) {
   detect.ghost_threshold_bytes = opt.ghost_threshold_mib << 20;
   const auto found = findings::detect_all(*snap, detect);
   if (opt.common.json) {
-    fmt::print("{}\n", report::trace_json(*snap, found).dump(2));
+    fmt::print("{}\n", report::json_text(report::trace_json(*snap, found)));
   } else {
     fmt::print("{}", report::render_trace_table(*snap, found));
   }

@@ -186,7 +186,8 @@ json snapshot_to_json(const GpuSnapshot& snapshot) {
   return out;
 }
 
-std::string snapshot_to_json_text(const GpuSnapshot& snapshot) { return snapshot_to_json(snapshot).dump(); }
+std::string snapshot_to_json_text(const GpuSnapshot& snapshot) { return snapshot_to_json(snapshot).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 sys::Result<GpuSnapshot> snapshot_from_json(const json& doc, std::string_view what) {
   const Reader r(what);

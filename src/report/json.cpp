@@ -162,4 +162,8 @@ json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Find
             {"malformed", snap.scan_stats.malformed}}}};
 }
 
+std::string json_text(const nlohmann::json& doc, int indent) {
+  return doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace gpureap::report

@@ -40,6 +40,10 @@ nlohmann::json trace_json(const node::NodeSnapshot& snap,
 std::string render_node_report(const node::NodeSnapshot& snap,
                                const std::vector<findings::Finding>& found);
 
+// JSON as text for stdout. Names and command lines from /proc are arbitrary
+// bytes: invalid UTF-8 is replaced (U+FFFD), never thrown on.
+std::string json_text(const nlohmann::json& doc, int indent = 2);
+
 // Helpers shared by the renderers of other subcommands.
 std::string format_bytes(std::uint64_t bytes);
 bool gpu_related(const node::ProcessRecord& r);

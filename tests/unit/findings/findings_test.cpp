@@ -296,4 +296,20 @@ TEST(Report, JsonCarriesSchemaProcessesFindingsAndSummary) {
   }
 }
 
+TEST(Report, InvalidUtf8FromProcIsReplacedNotThrown) {
+  // Process names and command lines are arbitrary bytes.
+  Builder b;
+  b.device(0, kMiB, 0);
+  auto p = process(42, 1, "w\xff\xfe");
+  p.cmdline = {"/tmp/w\xff\xfe", "--flag"};
+  p.gpu_fds = {{"nvidia0", 1}};
+  b.add(p);
+  b.list(0, 42, kMiB);
+  auto snap = b.build();
+  std::string text;
+  ASSERT_NO_THROW(text = gpureap::report::json_text(gpureap::report::trace_json(snap, {})));
+  auto doc = nlohmann::json::parse(text);
+  EXPECT_EQ(doc["processes"][0]["comm"], "w\uFFFD\uFFFD");
+}
+
 }  // namespace
