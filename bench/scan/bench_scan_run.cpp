@@ -9,6 +9,7 @@
 // each as a child process, timing wall clock and taking max RSS from wait4, and
 // prints medians and ratios. It kills exactly the children it made, at the end
 // and on any error (they also carry PR_SET_PDEATHSIG in case this process dies).
+#include "gpu/sim_client.hpp"
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -41,6 +42,7 @@ struct Config {
   unsigned repeat = 3;
   unsigned threads = 0;  // 0: hardware_concurrency
   std::string bench_scan;
+  std::string gpureap;  // the whole `gpureap trace`, on the simulated GPU whose dev files these are
   std::string extra;  // --extra CMD: run `sh -c CMD` once before timing (e.g. perf), $DEVS set
 };
 
@@ -188,16 +190,21 @@ Config parse_args(int argc, char** argv) {
       c.threads = static_cast<unsigned>(std::strtoul(next(), nullptr, 10));
     } else if (a == "--bench-scan") {
       c.bench_scan = next();
+    } else if (a == "--gpureap") {
+      c.gpureap = next();
     } else if (a == "--extra") {
       c.extra = next();
     } else {
       std::fprintf(stderr,
-                   "usage: bench_scan_run [--procs N] [--fds N] [--repeat N] [--threads N] [--bench-scan PATH] [--extra CMD]\n");
+                   "usage: bench_scan_run [--procs N] [--fds N] [--repeat N] [--threads N] [--bench-scan PATH] [--gpureap PATH] [--extra CMD]\n");
       std::exit(2);
     }
   }
   if (c.bench_scan.empty()) {
     c.bench_scan = (fs::read_symlink("/proc/self/exe").parent_path() / "bench_scan").string();
+  }
+  if (c.gpureap.empty()) {
+    c.gpureap = (fs::read_symlink("/proc/self/exe").parent_path() / "../../src/cli/gpureap").string();
   }
   if (c.threads == 0) c.threads = std::max(2u, std::thread::hardware_concurrency());
   if (c.fds < 12) c.fds = 12;
@@ -215,6 +222,14 @@ int main(int argc, char** argv) {
     devs.push_back((dir.path / "dev" / name).string());
     std::ofstream(devs.back()).put('\0');
   }
+  // The temp dir is also a simulated GPU: `gpureap trace --gpu sim` then counts
+  // holders of these same files. It has no contexts, so the sim "driver" does
+  // no fd walk of its own: the trace rows time trace's own work.
+  if (auto st = gpureap::gpu::sim::init_sim_dir(dir.path.string(), gpureap::gpu::sim::default_config(1)); !st) {
+    std::fprintf(stderr, "init sim dir: %s\n", st.error().message.c_str());
+    return 2;
+  }
+  ::setenv("GPUREAP_SIM_DIR", dir.path.c_str(), 1);
   std::vector<std::string> files;
   for (int i = 0; i < 8; ++i) {
     files.push_back((dir.path / ("data-" + std::to_string(i))).string());
@@ -283,6 +298,14 @@ int main(int argc, char** argv) {
   tools.push_back({"scan 1 thread", {cfg.bench_scan, "--threads", "1", devs[0], devs[1], devs[2]}, {}, {}, {}, {}, 0});
   tools.push_back({"scan " + std::to_string(cfg.threads) + " threads",
                    {cfg.bench_scan, "--threads", std::to_string(cfg.threads), devs[0], devs[1], devs[2]},
+                   {},
+                   {},
+                   {},
+                   {},
+                   0});
+  tools.push_back({"trace 1 thread", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--threads", "1"}, {}, {}, {}, {}, 0});
+  tools.push_back({"trace " + std::to_string(cfg.threads) + " threads",
+                   {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--threads", std::to_string(cfg.threads)},
                    {},
                    {},
                    {},

@@ -10,5 +10,5 @@ shift || true
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake --preset default -B "$build"
 fi
-cmake --build "$build" --target bench_scan bench_scan_run -j2
+cmake --build "$build" --target bench_scan bench_scan_run gpureap -j2
 exec "$build/bench/scan/bench_scan_run" --bench-scan "$build/bench/scan/bench_scan" "$@"
