@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""gpureap on a real NVIDIA GPU: the checks of issues 3, 4 and 5, in one run.
+
+Run by tests/device/run.sh on the GPU machine with the binaries built here
+(gpureap, gpureap-worker-dynamic, gpureap-init) and tini-static in $BIN.
+Every process this script starts is recorded and killed by its own pid at
+the end, also on failure. GPU settings are never changed.
+
+Each check prints its evidence; the last thing printed is a short table.
+"""
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import pynvml
+
+BIN = os.environ["BIN"]
+GPUREAP = os.path.join(BIN, "gpureap")
+WORKER = os.path.join(BIN, "gpureap-worker-dynamic")
+INIT = os.path.join(BIN, "gpureap-init")
+TINI = os.path.join(BIN, "tini-static")
+MIB = 1024 * 1024
+WORKER_BYTES = 2560 * MIB  # the plan's ~2.5 GiB worker
+RELEASE_SLACK = 64 * MIB   # "back to baseline" tolerance
+
+started = []  # Popen objects of everything this script started
+results = []  # (check, verdict, evidence)
+
+
+def record(check, ok, evidence):
+    verdict = "PASS" if ok else "FAIL"
+    results.append((check, verdict, evidence))
+    print(f"[{verdict}] {check}: {evidence}", flush=True)
+
+
+def spawn(argv, **kw):
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **kw)
+    started.append(p)
+    return p
+
+
+def ready(p, timeout=60):
+    """First JSON line of a worker's stdout: it is ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"process {p.pid} exited before it was ready (rc={p.poll()})")
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError("not ready in time")
+
+
+def nvml_used(handle):
+    """Used memory by v2 accounting when the driver has it (reserved excluded)."""
+    try:
+        m = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        return m.used
+    except Exception:
+        return pynvml.nvmlDeviceGetMemoryInfo(handle).used
+
+
+def nvml_pids(handle):
+    return {p.pid: p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+
+
+def wait_release(handle, baseline, cap=30.0):
+    """Seconds until used memory is back within slack of the baseline (None past the cap)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < cap:
+        if nvml_used(handle) <= baseline + RELEASE_SLACK:
+            return time.monotonic() - t0
+        time.sleep(0.005)
+    return None
+
+
+def wait_held(handle, baseline, nbytes, cap=60.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < cap:
+        if nvml_used(handle) >= baseline + nbytes:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def trace(*extra):
+    r = subprocess.run([GPUREAP, "trace", "--gpu", "nvml", "--json", *extra],
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {}, r.stderr
+
+
+def proc_in(doc, pid):
+    return next((p for p in doc.get("processes", []) if p["pid"] == pid), None)
+
+
+def host_child_of(parent_pid):
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                for line in f:
+                    if line.startswith("PPid:") and int(line.split()[1]) == parent_pid:
+                        return int(name)
+        except OSError:
+            pass
+    return None
+
+
+def kill(p_or_pid, sig=signal.SIGKILL):
+    pid = p_or_pid if isinstance(p_or_pid, int) else p_or_pid.pid
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def reap(p):
+    try:
+        p.wait(timeout=10)
+    except Exception:
+        pass
+
+
+TORCH_WORKER_PATH = "/tmp/gpureap_torch_worker.py"
+TORCH_WORKER = r"""
+import os, signal, sys, time, json, torch
+if sys.argv[1] == "ignore": signal.signal(signal.SIGTERM, signal.SIG_IGN)
+x = torch.empty(int(sys.argv[2]), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print(json.dumps({"pid": os.getpid(), "bytes": x.numel()}), flush=True)
+while True: time.sleep(3600)
+"""
+
+
+def check_memory_matches(handle, baseline):
+    cuda = spawn([WORKER, "hold", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
+    ready(cuda)
+    torch_p = spawn([sys.executable, TORCH_WORKER_PATH, "default", str(WORKER_BYTES)])
+    ready(torch_p, timeout=120)
+    smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                          "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+    smi_mem = {int(a): int(b) * MIB for a, b in (l.split(",") for l in smi.strip().splitlines() if l)}
+    rc, doc, err = trace()
+    ok = True
+    ev = []
+    for name, p in (("cuda", cuda), ("torch", torch_p)):
+        entry = proc_in(doc, p.pid)
+        got = entry["gpu_memory"] if entry else None
+        want = smi_mem.get(p.pid)
+        same = got is not None and want is not None and abs(got - want) < MIB
+        ok = ok and same and entry["listed"]
+        ev.append(f"{name} pid {p.pid}: trace {got and got // MIB} MiB, nvidia-smi {want and want // MIB} MiB")
+    record("per-process memory matches nvidia-smi", ok, "; ".join(ev))
+    for p in (cuda, torch_p):
+        t0 = time.monotonic()
+        kill(p)
+        reap(p)
+    t = wait_release(handle, baseline)
+    return t
+
+
+def check_pid_namespace(handle, baseline):
+    # --mount-proc: CUDA's cuInit fails with 304 (OPERATING_SYSTEM) in a PID
+    # namespace that still sees the host's /proc (measured on driver 580).
+    un = spawn(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", WORKER, "hold", "--gpu", "cuda",
+                "--device", "0", "--bytes", str(WORKER_BYTES)])
+    ready(un)
+    host_pid = host_child_of(un.pid)
+    rc, doc, err = trace()
+    entry = proc_in(doc, host_pid) if host_pid else None
+    ok = bool(entry) and entry["ns_pid"] == 1 and entry["listed"]
+    record("PID-namespace worker shown with host and local PIDs", ok,
+           f"host pid {host_pid}, ns_pid {entry and entry['ns_pid']}, listed {entry and entry['listed']}, "
+           f"match {entry and entry['listings'] and entry['listings'][0]['pid_match']}")
+    kill(un)
+    reap(un)
+    wait_release(handle, baseline)
+
+
+def check_sigkill_release(handle, baseline):
+    times = []
+    for _ in range(3):
+        w = spawn([WORKER, "hold", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
+        ready(w)
+        wait_held(handle, baseline, WORKER_BYTES)
+        t0 = time.monotonic()
+        kill(w)
+        t = wait_release(handle, baseline)
+        reap(w)
+        gone = w.pid not in nvml_pids(handle)
+        times.append((t, gone))
+    ok = all(t is not None and g for t, g in times)
+    record("SIGKILLed worker disappears, memory released", ok,
+           "release s: " + ", ".join(f"{t:.3f}" if t is not None else "never" for t, _ in times))
+    return [t for t, _ in times if t is not None]
+
+
+def check_zombie(handle, baseline):
+    # A parent that never reaps: the killed worker becomes its zombie.
+    parent = spawn([sys.executable, "-c",
+                    "import subprocess,sys,time,json\n"
+                    f"c=subprocess.Popen([{WORKER!r},'hold','--gpu','cuda','--bytes','{WORKER_BYTES}'],stdout=subprocess.PIPE,text=True)\n"
+                    "l=c.stdout.readline()\nprint(json.dumps({'child':c.pid}),flush=True)\n"
+                    "time.sleep(3600)\n"])
+    child = ready(parent)["child"]
+    wait_held(handle, baseline, WORKER_BYTES)
+    kill(child)
+    t = wait_release(handle, baseline)
+    with open(f"/proc/{child}/status") as f:
+        state = next(l.split()[1] for l in f if l.startswith("State:"))
+    listed = child in nvml_pids(handle)
+    rc, doc, err = trace()
+    zombie_finding = any(f["kind"] == "zombie" and child in f.get("pids", [f["pid"]])
+                         for f in doc.get("findings", []))
+    ok = state == "Z" and not listed and t is not None and zombie_finding
+    record("a zombie holds nothing and is reported", ok,
+           f"state {state}, listed by NVML {listed}, released in {t and round(t, 3)} s, zombie finding {zombie_finding}")
+    kill(parent)
+    reap(parent)
+
+
+def check_fork_orphaned_context(handle, baseline):
+    p = spawn([WORKER, "fork-after-init", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
+    info = ready(p)
+    child = info["child"]
+    wait_held(handle, baseline, WORKER_BYTES)
+    kill(p)
+    reap(p)
+    time.sleep(2.0)  # the measured question: is it still held after the creator died?
+    still = nvml_used(handle) >= baseline + WORKER_BYTES // 2
+    listed_dead = p.pid in nvml_pids(handle)
+    rc, doc, err = trace()
+    ctx = [f for f in doc.get("findings", []) if f["kind"] == "orphaned_context" and f["pid"] == p.pid]
+    named = bool(ctx) and any(h["pid"] == child for h in ctx[0].get("holders", []))
+    t0 = time.monotonic()
+    kill(child)
+    t = wait_release(handle, baseline)
+    try:
+        os.waitpid(child, 0)
+    except ChildProcessError:
+        pass
+    ok = still and listed_dead and named and t is not None
+    record("fork-inherited context: orphaned_context names the child", ok,
+           f"held 2 s after creator's death {still}, dead pid listed {listed_dead}, finding names child {named}, "
+           f"released {t and round(t, 3)} s after the child's death")
+
+
+def check_no_ghost_when_idle(handle):
+    rc, doc, err = trace()
+    ghosts = [f for f in doc.get("findings", []) if f["kind"] == "ghost_memory"]
+    dev = doc["gpu"]["devices"][0]
+    record("idle GPU with reserved memory: no ghost_memory", not ghosts,
+           f"used {dev['memory']['used'] // MIB} MiB, reserved {dev['memory']['reserved'] // MIB} MiB, ghosts {len(ghosts)}")
+
+
+def check_observe_in_namespace(handle, baseline):
+    if subprocess.run([GPUREAP, "observe", "--help"], capture_output=True).returncode != 0:
+        record("observe in a PID namespace: no false orphaned context", False, "observe not built")
+        return
+    cmd = (f"{WORKER} hold --gpu cuda --bytes {WORKER_BYTES} > /tmp/obs_ready & "
+           "while ! grep -q pid /tmp/obs_ready 2>/dev/null; do sleep 0.05; done; "
+           f"{sys.executable} {TORCH_WORKER_PATH} default 1073741824 > /tmp/obs_ready2 & "
+           "while ! grep -q pid /tmp/obs_ready2 2>/dev/null; do sleep 0.05; done; "
+           f"{GPUREAP} observe --gpu nvml --json; echo rc=$?; kill -9 %1 %2")
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", cmd],
+                       capture_output=True, text=True, timeout=180)
+    out = r.stdout
+    body = out[:out.rfind("rc=")]
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        record("observe in a PID namespace: no false orphaned context", False, f"no JSON: {out[-300:]} {r.stderr[-300:]}")
+        return
+    listed = doc.get("listed", [])
+    statuses = sorted({x.get("status") for x in listed})
+    dead = [x for x in listed if x.get("status") == "dead"]
+    record("observe in a PID namespace: no false orphaned context", bool(listed) and not dead,
+           f"listed statuses {statuses}, pids {[x.get('pid') for x in listed]}")
+    wait_release(handle, baseline)
+
+
+def term_to_release(handle, baseline, init_argv, label, cap):
+    un = spawn(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *init_argv, "--", WORKER, "hold",
+                "--gpu", "cuda", "--bytes", str(WORKER_BYTES), "--ignore-term"])
+    ready(un)
+    wait_held(handle, baseline, WORKER_BYTES)
+    init_pid = host_child_of(un.pid)
+    t0 = time.monotonic()
+    kill(init_pid, signal.SIGTERM)
+    t = wait_release(handle, baseline, cap=cap)
+    if t is None:
+        kill(un)
+        reap(un)
+        wait_release(handle, baseline)
+    else:
+        reap(un)
+    return t
+
+
+def check_init_gpu_grace(handle, baseline):
+    tini = term_to_release(handle, baseline, [TINI], "tini", cap=10.0)
+    ours = term_to_release(handle, baseline,
+                           [INIT, "--gpu-grace", "2", "--grace", "20"], "gpureap-init", cap=10.0)
+    ok = tini is None and ours is not None and 2.0 <= ours <= 3.0
+    record("SIGTERM to release, TERM-ignoring 2.5 GiB worker as PID 1's child", ok,
+           f"tini: {'never (until KILL; cap 10 s)' if tini is None else f'{tini:.3f} s'}; "
+           f"gpureap-init --gpu-grace 2: {ours and round(ours, 3)} s")
+    return tini, ours
+
+
+def check_prestop(handle, baseline):
+    if subprocess.run([GPUREAP, "prestop", "--help"], capture_output=True).returncode != 0:
+        record("prestop in a PID namespace with real CUDA workers", False, "prestop not built")
+        return
+    rows = []
+    ok = True
+    for mode, expect_kill in (("--ignore-term", True), ("--term-cleanup", False)):
+        cmd = (f"{WORKER} hold --gpu cuda --bytes {WORKER_BYTES} {mode} > /tmp/ps_ready & "
+               "while ! grep -q pid /tmp/ps_ready 2>/dev/null; do sleep 0.05; done; "
+               f"{GPUREAP} prestop --gpu nvml --deadline 6 --term-wait 3 --json > /tmp/ps.json; "
+               "echo rc=$?; echo '--- json'; cat /tmp/ps.json")
+        # prestop also logs to PID 1's stdout (bash's, here: this pipe), as in a
+        # pod where `kubectl logs` shows it; the JSON went to its own file.
+        r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", cmd],
+                           capture_output=True, text=True, timeout=120)
+        print(r.stdout[:r.stdout.find("--- json")], flush=True)
+        body = r.stdout[r.stdout.find("--- json") + len("--- json"):]
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            ok = False
+            rows.append(f"{mode}: no JSON ({r.stdout[-200:]} {r.stderr[-300:]})")
+            continue
+        targets = doc.get("targets", [])
+        killed = any(t.get("kill_sent") for t in targets)
+        ok = ok and bool(targets) and killed == expect_kill
+        rows.append(f"{mode}: " + "; ".join(
+            f"pid {t.get('pid')} {t.get('outcome')} kill={t.get('kill_sent')} "
+            f"exit {t.get('term_to_exit_s')} s release {t.get('term_to_release_s')} s "
+            f"driver_pids {t.get('driver_pids')}" for t in targets))
+        wait_release(handle, baseline)
+    record("prestop in a PID namespace with real CUDA workers", ok, " | ".join(rows))
+
+
+def main():
+    # A subreaper: workers orphaned by the checks (a killed creator's child)
+    # come back to this script, which kills and reaps them by pid.
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    with open(TORCH_WORKER_PATH, "w") as f:
+        f.write(TORCH_WORKER)
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    name = pynvml.nvmlDeviceGetName(handle)
+    print(f"driver {driver}, {name}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, kernel {os.uname().release}",
+          flush=True)
+    baseline = nvml_used(handle)
+    print(f"baseline used (v2): {baseline // MIB} MiB", flush=True)
+    release_times = []
+    checks = [
+        ("idle GPU: no ghost_memory", lambda: check_no_ghost_when_idle(handle)),
+        ("memory matches", lambda: check_memory_matches(handle, baseline)),
+        ("PID namespace", lambda: check_pid_namespace(handle, baseline)),
+        ("SIGKILL release", lambda: release_times.extend(check_sigkill_release(handle, baseline))),
+        ("zombie", lambda: check_zombie(handle, baseline)),
+        ("fork-inherited context", lambda: check_fork_orphaned_context(handle, baseline)),
+        ("observe in a PID namespace", lambda: check_observe_in_namespace(handle, baseline)),
+        ("init --gpu-grace", lambda: check_init_gpu_grace(handle, baseline)),
+        ("prestop", lambda: check_prestop(handle, baseline)),
+    ]
+    try:
+        for check_name, c in checks:
+            try:
+                c()
+            except Exception as e:  # one broken check must not hide the others
+                traceback.print_exc()
+                record(check_name, False, f"error: {e}")
+    finally:
+        for p in started:
+            kill(p)
+            reap(p)
+        while True:  # orphans reparented to this subreaper
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+    print()
+    print(f"| check | verdict | evidence |  (driver {driver}, {name}, {time.strftime('%Y-%m-%d')})")
+    print("|---|---|---|")
+    for check, verdict, ev in results:
+        print(f"| {check} | {verdict} | {ev} |")
+    return 0 if all(v == "PASS" for _, v, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# On the GPU machine: run gpureap's real-GPU checks (issues 3, 4, 5) with the
+# binaries staged by tests/device/stage.sh into .devbin/ (carried by the
+# device tool). Writes the log and a results file under $OUT when set.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export BIN=$PWD/.devbin
+export LD_LIBRARY_PATH=$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Shared-host safety: never NVLink multicast.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+out=${OUT:-/tmp}
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$out/nvidia-smi.txt"
+"$BIN/gpureap" --version || { echo "gpureap does not run here:"; ldd "$BIN/gpureap"; exit 2; }
+PYTHONUNBUFFERED=1 python3 tests/device/gpu_checks.py 2>&1 | tee "$out/gpu-run.log"
+rc=${PIPESTATUS[0]}
+"$BIN/gpureap" snapshot --gpu nvml -o "$out/snapshot-idle.json" || true
+exit $rc
