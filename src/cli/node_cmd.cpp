@@ -27,9 +27,10 @@ int run_node(const CommonOptions& opt) {
   }
   const auto found = findings::detect_all(*snap);
   if (opt.json) {
-    fmt::print("{}\n", report::json_text(report::trace_json(*snap, found)));
+    report::write_trace_json(stdout, *snap, found);
   } else {
-    fmt::print("{}", report::render_node_report(*snap, found));
+    const std::string text = report::render_node_report(*snap, found);
+    std::fwrite(text.data(), 1, text.size(), stdout);
   }
   std::fflush(stdout);
   return findings::fails_check(found) ? kExitFindings : kExitClean;

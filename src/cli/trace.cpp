@@ -31,9 +31,10 @@ int run_trace(const TraceOptions& opt) {
   detect.ghost_threshold_bytes = opt.ghost_threshold_mib << 20;
   const auto found = findings::detect_all(*snap, detect);
   if (opt.common.json) {
-    fmt::print("{}\n", report::json_text(report::trace_json(*snap, found)));
+    report::write_trace_json(stdout, *snap, found);
   } else {
-    fmt::print("{}", report::render_trace_table(*snap, found));
+    const std::string table = report::render_trace_table(*snap, found);
+    std::fwrite(table.data(), 1, table.size(), stdout);
   }
   std::fflush(stdout);
   return findings::fails_check(found) ? kExitFindings : kExitClean;

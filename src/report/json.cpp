@@ -1,6 +1,9 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <set>
+
 #include "gpu/snapshot_json.hpp"
 #include "report/report.hpp"
 
@@ -99,15 +102,56 @@ json nccl_group_json(const findings::NcclGroup& g) {
 
 }  // namespace
 
-json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found) {
-  json processes = json::array();
+namespace {
+
+json finding_json(const findings::Finding& f) {
+  json one = {{"kind", findings::to_string(f.kind)},
+              {"severity", findings::to_string(f.severity)},
+              {"pid", f.pid ? json(*f.pid) : json(nullptr)},
+              {"gpu", f.device ? json(*f.device) : json(nullptr)},
+              {"message", f.message},
+              {"advice", f.advice}};
+  if (f.kind == findings::Kind::zombie) one["pids"] = f.pids;
+  if (f.kind == findings::Kind::orphaned_context) {
+    json holders = json::array();
+    for (const auto& h : f.holders) {
+      holders.push_back({{"pid", h.pid}, {"comm", h.comm}, {"reason", h.reason}});
+    }
+    one["holders"] = holders;
+  }
+  if (f.group) one["group"] = nccl_group_json(*f.group);
+  return one;
+}
+
+// The processes a trace shows: every GPU-related one, and every one a finding
+// names (zombies, orphans). Not gpureap itself.
+std::vector<const node::ProcessRecord*> shown_processes(const node::NodeSnapshot& snap,
+                                                        const std::vector<findings::Finding>& found) {
+  std::set<pid_t> named;
+  for (const auto& f : found) {
+    if (f.pid) named.insert(*f.pid);
+  }
+  std::vector<const node::ProcessRecord*> out;
   for (const auto& r : snap.records) {
     if (r.process.pid == snap.self_pid) continue;
-    // Every GPU-related process, and every zombie or orphan a finding names.
-    bool named = false;
-    for (const auto& f : found) named = named || (f.pid && *f.pid == r.process.pid);
-    if (gpu_related(r) || named) processes.push_back(process_json(snap, r));
+    if (gpu_related(r) || named.count(r.process.pid) != 0) out.push_back(&r);
   }
+  return out;
+}
+
+// The small members of the document, in order, around the two large arrays.
+json head_json(const node::NodeSnapshot& snap) {
+  json gpu = gpu::snapshot_to_json(snap.gpu);
+  gpu["backend"] = snap.gpu_backend;
+  if (!snap.gpu_unavailable_reason.empty()) gpu["unavailable_reason"] = snap.gpu_unavailable_reason;
+  return {{"schema", kJsonSchema},
+          {"taken_at", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z",
+                                   fmt::gmtime(std::chrono::system_clock::to_time_t(snap.taken_at)))},
+          {"host_root", snap.host_root},
+          {"gpu", gpu}};
+}
+
+json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found) {
   json dead = json::array();
   for (const auto& l : snap.listings) {
     if (l.match != node::PidMatch::dead) continue;
@@ -115,36 +159,8 @@ json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Find
                     {"pid", l.entry.pid},
                     {"used_memory", nullable(l.entry.used_memory)}});
   }
-  json fs = json::array();
-  for (const auto& f : found) {
-    json one = {{"kind", findings::to_string(f.kind)},
-                {"severity", findings::to_string(f.severity)},
-                {"pid", f.pid ? json(*f.pid) : json(nullptr)},
-                {"gpu", f.device ? json(*f.device) : json(nullptr)},
-                {"message", f.message},
-                {"advice", f.advice}};
-    if (f.kind == findings::Kind::zombie) one["pids"] = f.pids;
-    if (f.kind == findings::Kind::orphaned_context) {
-      json holders = json::array();
-      for (const auto& h : f.holders) {
-        holders.push_back({{"pid", h.pid}, {"comm", h.comm}, {"reason", h.reason}});
-      }
-      one["holders"] = holders;
-    }
-    if (f.group) one["group"] = nccl_group_json(*f.group);
-    fs.push_back(std::move(one));
-  }
   const Summary s = summarize(snap, found);
-  json gpu = gpu::snapshot_to_json(snap.gpu);
-  gpu["backend"] = snap.gpu_backend;
-  if (!snap.gpu_unavailable_reason.empty()) gpu["unavailable_reason"] = snap.gpu_unavailable_reason;
-  return {{"schema", kJsonSchema},
-          {"taken_at", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(snap.taken_at)))},
-          {"host_root", snap.host_root},
-          {"gpu", gpu},
-          {"processes", processes},
-          {"dead_listed", dead},
-          {"findings", fs},
+  return {{"dead_listed", dead},
           {"summary",
            {{"gpu_processes", s.gpu_processes},
             {"listed", s.listed},
@@ -160,6 +176,49 @@ json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Find
             {"vanished", snap.scan_stats.vanished},
             {"denied", snap.scan_stats.denied},
             {"malformed", snap.scan_stats.malformed}}}};
+}
+
+}  // namespace
+
+json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found) {
+  json doc = head_json(snap);
+  json processes = json::array();
+  for (const auto* r : shown_processes(snap, found)) processes.push_back(process_json(snap, *r));
+  doc["processes"] = std::move(processes);
+  json fs = json::array();
+  for (const auto& f : found) fs.push_back(finding_json(f));
+  doc["findings"] = std::move(fs);
+  json tail = tail_json(snap, found);  // items() of a temporary would dangle
+  for (auto& [key, value] : tail.items()) doc[key] = std::move(value);
+  return doc;
+}
+
+void write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
+                      const std::vector<findings::Finding>& found) {
+  // The same document as trace_json, written member by member with one process
+  // or finding per line, so a node of thousands of processes never holds the
+  // whole tree or its text (the memory target is 10 MiB).
+  auto put = [out](const std::string& text) { std::fwrite(text.data(), 1, text.size(), out); };
+  auto member = [&](const std::string& key, const json& value, bool last) {
+    put(fmt::format("  {}: {}{}\n", json(key).dump(), json_text(value, -1), last ? "" : ","));
+  };
+  put("{\n");
+  const json head = head_json(snap);
+  for (const auto& [key, value] : head.items()) member(key, value, false);
+  auto array = [&](const char* key, std::size_t n, const auto& element_at) {
+    put(fmt::format("  \"{}\": [", key));
+    for (std::size_t i = 0; i < n; ++i) {
+      put(fmt::format("{}\n    {}", i ? "," : "", json_text(element_at(i), -1)));
+    }
+    put(n ? "\n  ],\n" : "],\n");
+  };
+  const auto shown = shown_processes(snap, found);
+  array("processes", shown.size(), [&](std::size_t i) { return process_json(snap, *shown[i]); });
+  array("findings", found.size(), [&](std::size_t i) { return finding_json(found[i]); });
+  const json tail = tail_json(snap, found);
+  std::size_t left = tail.size();
+  for (const auto& [key, value] : tail.items()) member(key, value, --left == 0);
+  put("}\n");
 }
 
 std::string json_text(const nlohmann::json& doc, int indent) {

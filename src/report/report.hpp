@@ -2,6 +2,7 @@
 // JSON (docs/json-schema.md), and the counts both share.
 #pragma once
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -34,6 +35,11 @@ std::string render_trace_table(const node::NodeSnapshot& snap,
 // {"schema": 1, "taken_at", "host_root", "gpu", "processes", "findings", "summary", "scan"}
 nlohmann::json trace_json(const node::NodeSnapshot& snap,
                           const std::vector<findings::Finding>& found);
+
+// The same document written to `out` as it is built, one process or finding
+// per line: memory stays flat on nodes with thousands of processes.
+void write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
+                      const std::vector<findings::Finding>& found);
 
 // The plan's node view: GPU summary, driver-listed processes, unlisted holders,
 // ghost memory, other findings. (`gpureap node`; its --json is trace_json.)

@@ -313,3 +313,41 @@ TEST(Report, InvalidUtf8FromProcIsReplacedNotThrown) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Report, StreamedJsonIsTheSameDocumentAsTheTree) {
+  Builder b;
+  b.device(0, 2048 * kMiB, 615 * kMiB);
+  auto worker = process(300, 200, "python3");
+  worker.gpu_fds = {{"nvidia0", 3}};
+  b.add(worker, in_pod("c1", "pod-a"));
+  b.add(process(301, 200, "z", 'Z'));
+  b.list(0, 300, 2048 * kMiB);
+  b.list(0, 999, kMiB);
+  auto snap = b.build();
+  const auto found = gpureap::findings::detect_all(snap);
+  char* buf = nullptr;
+  std::size_t len = 0;
+  std::FILE* mem = ::open_memstream(&buf, &len);
+  ASSERT_NE(mem, nullptr);
+  gpureap::report::write_trace_json(mem, snap, found);
+  std::fclose(mem);
+  const std::string text(buf, len);
+  std::free(buf);
+  auto streamed = nlohmann::json::parse(text);
+  EXPECT_EQ(streamed, gpureap::report::trace_json(snap, found));
+  EXPECT_EQ(streamed["processes"].size(), 2U);  // the GPU worker and the zombie a finding names
+
+  // Empty arrays are still arrays.
+  NodeSnapshot empty;
+  mem = ::open_memstream(&buf, &len);
+  gpureap::report::write_trace_json(mem, empty, {});
+  std::fclose(mem);
+  auto doc = nlohmann::json::parse(std::string(buf, len));
+  std::free(buf);
+  EXPECT_TRUE(doc["processes"].is_array() && doc["processes"].empty());
+  EXPECT_EQ(doc, gpureap::report::trace_json(empty, {}));
+}
+
+}  // namespace
