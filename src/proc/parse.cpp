@@ -201,6 +201,20 @@ std::vector<CgroupLine> parse_cgroup(std::string_view text) {
   return out;
 }
 
+std::vector<CgroupLine> distinct_cgroup_paths(std::vector<CgroupLine> lines) {
+  std::vector<CgroupLine> out;
+  out.reserve(lines.size());
+  for (auto& line : lines) {
+    const bool memory_or_v2 = (line.hierarchy_id == 0 && line.controllers.empty()) ||
+                              ("," + line.controllers + ",").find(",memory,") != std::string::npos;
+    bool seen = false;
+    for (const auto& kept : out) seen = seen || kept.path == line.path;
+    if (memory_or_v2 || !seen) out.push_back(std::move(line));
+  }
+  out.shrink_to_fit();
+  return out;
+}
+
 std::string unescape_octal(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -59,6 +59,13 @@ std::optional<StatInfo> parse_stat(std::string_view text);
 // containerd), so only the first two colons split. Malformed lines are skipped.
 std::vector<CgroupLine> parse_cgroup(std::string_view text);
 
+// The lines that can decide a container: the v1 memory line, the v2 line, and
+// the first line of every other distinct path, in order. A v1 host repeats a
+// container's path on every controller line (a dozen per process on a node of
+// thousands); the container is read from the memory line, else the v2 line,
+// else any line, so dropping repeats of a path changes no answer.
+std::vector<CgroupLine> distinct_cgroup_paths(std::vector<CgroupLine> lines);
+
 struct MountInfo {
   unsigned mount_id = 0;
   unsigned parent_id = 0;

@@ -252,13 +252,13 @@ struct Reader {
     // Kernel threads have no argv, environment or descriptors: skip 6 syscalls
     // each (a 128-CPU GPU node runs over a thousand of them).
     if (st->kernel_thread()) {
-      if (read_into(pfd, "cgroup", true) == 0) p.cgroups = parse_cgroup(text);
+      if (read_into(pfd, "cgroup", true) == 0) p.cgroups = distinct_cgroup_paths(parse_cgroup(text));
       p.fds_readable = options.read_fds;
       return Outcome::ok;
     }
     // The rest is best effort: a zombie has no cmdline, environ may be denied.
     if (read_into(pfd, "cmdline", true) == 0) p.cmdline = parse_cmdline(text);
-    if (read_into(pfd, "cgroup", true) == 0) p.cgroups = parse_cgroup(text);
+    if (read_into(pfd, "cgroup", true) == 0) p.cgroups = distinct_cgroup_paths(parse_cgroup(text));
     if (!options.env_keys.empty() && read_into(pfd, "environ") == 0) {
       p.env = parse_environ(text, options.env_keys);
     }

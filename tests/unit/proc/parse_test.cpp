@@ -371,3 +371,26 @@ TEST(ParseCharDevices, NvidiaAndMalformed) {
 
 }  // namespace
 }  // namespace gpureap::proc
+
+namespace gpureap::proc {
+namespace {
+
+TEST(DistinctCgroupPaths, KeepsMemoryV2AndTheFirstOfEachOtherPath) {
+  const std::string text =
+      "12:pids:/kubepods/podA/c1\n"
+      "11:cpu,cpuacct:/kubepods/podA/c1\n"
+      "10:memory:/kubepods/podA/c1\n"
+      "9:devices:/other\n"
+      "8:blkio:/other\n"
+      "0::/kubepods/podA/c1\n";
+  auto lines = distinct_cgroup_paths(parse_cgroup(text));
+  ASSERT_EQ(lines.size(), 4U);
+  EXPECT_EQ(lines[0].controllers, "pids");
+  EXPECT_EQ(lines[1].controllers, "memory");
+  EXPECT_EQ(lines[2].controllers, "devices");
+  EXPECT_EQ(lines[3].hierarchy_id, 0U);
+  EXPECT_TRUE(distinct_cgroup_paths({}).empty());
+}
+
+}  // namespace
+}  // namespace gpureap::proc

@@ -366,7 +366,12 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
     EXPECT_EQ(n.session, 2731);
     EXPECT_EQ(n.start_time, 27369u);
     EXPECT_EQ(n.cmdline, (std::vector<std::string>{"sleep", "300"}));
-    EXPECT_EQ(n.cgroups.size(), 10u);
+    // Ten captured lines, eight of them "/": the scan keeps the first "/" line,
+    // the memory line and the v2 line (distinct_cgroup_paths).
+    ASSERT_EQ(n.cgroups.size(), 3u);
+    EXPECT_EQ(n.cgroups[0].controllers, "name=systemd");
+    EXPECT_EQ(n.cgroups[1].path, "/process_api/e30ec21447cf53c91bd92ba77df1752c");
+    EXPECT_EQ(n.cgroups[2].hierarchy_id, 0u);
     EXPECT_EQ(n.env, (std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", "0,1"}}));
     EXPECT_TRUE(n.fds_readable);
     EXPECT_EQ(n.fd_count, 5u);
