@@ -27,12 +27,16 @@ int run_node(const CommonOptions& opt) {
   }
   const auto found = findings::detect_all(*snap);
   if (opt.json) {
-    report::write_trace_json(stdout, *snap, found);
+    if (!report::write_trace_json(stdout, *snap, found)) {
+      log_error("cannot write to stdout");
+      return kExitCouldNotCheck;
+    }
   } else {
-    const std::string text = report::render_node_report(*snap, found);
-    std::fwrite(text.data(), 1, text.size(), stdout);
+    if (!report::write_text(stdout, report::render_node_report(*snap, found))) {
+      log_error("cannot write to stdout");
+      return kExitCouldNotCheck;
+    }
   }
-  std::fflush(stdout);
   return findings::fails_check(found) ? kExitFindings : kExitClean;
 }
 
@@ -55,11 +59,15 @@ int run_snapshot(const CommonOptions& opt, const std::string& output) {
   }
   const std::string text = report::json_text(gpu::snapshot_to_json(*snap)) + "\n";
   if (output.empty() || output == "-") {
-    fmt::print("{}", text);
+    if (!report::write_text(stdout, text)) {
+      log_error("cannot write to stdout");
+      return kExitCouldNotCheck;
+    }
     return kExitClean;
   }
   std::FILE* f = std::fopen(output.c_str(), "w");
-  if (f == nullptr || std::fputs(text.c_str(), f) < 0 || std::fclose(f) != 0) {
+  const bool written = f != nullptr && report::write_text(f, text);
+  if (f == nullptr || std::fclose(f) != 0 || !written) {
     log_error("cannot write " + output);
     return kExitCouldNotCheck;
   }

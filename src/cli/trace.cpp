@@ -31,12 +31,16 @@ int run_trace(const TraceOptions& opt) {
   detect.ghost_threshold_bytes = opt.ghost_threshold_mib << 20;
   const auto found = findings::detect_all(*snap, detect);
   if (opt.common.json) {
-    report::write_trace_json(stdout, *snap, found);
+    if (!report::write_trace_json(stdout, *snap, found)) {
+      log_error("cannot write to stdout");
+      return kExitCouldNotCheck;
+    }
   } else {
-    const std::string table = report::render_trace_table(*snap, found);
-    std::fwrite(table.data(), 1, table.size(), stdout);
+    if (!report::write_text(stdout, report::render_trace_table(*snap, found))) {
+      log_error("cannot write to stdout");
+      return kExitCouldNotCheck;
+    }
   }
-  std::fflush(stdout);
   return findings::fails_check(found) ? kExitFindings : kExitClean;
 }
 

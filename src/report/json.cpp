@@ -193,12 +193,15 @@ json trace_json(const node::NodeSnapshot& snap, const std::vector<findings::Find
   return doc;
 }
 
-void write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
+bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
                       const std::vector<findings::Finding>& found) {
   // The same document as trace_json, written member by member with one process
   // or finding per line, so a node of thousands of processes never holds the
   // whole tree or its text (the memory target is 10 MiB).
-  auto put = [out](const std::string& text) { std::fwrite(text.data(), 1, text.size(), out); };
+  bool ok = true;
+  auto put = [out, &ok](const std::string& text) {
+    ok = ok && std::fwrite(text.data(), 1, text.size(), out) == text.size();
+  };
   auto member = [&](const std::string& key, const json& value, bool last) {
     put(fmt::format("  {}: {}{}\n", json(key).dump(), json_text(value, -1), last ? "" : ","));
   };
@@ -219,6 +222,11 @@ void write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   std::size_t left = tail.size();
   for (const auto& [key, value] : tail.items()) member(key, value, --left == 0);
   put("}\n");
+  return ok && std::fflush(out) == 0;
+}
+
+bool write_text(std::FILE* out, const std::string& text) {
+  return std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0;
 }
 
 std::string json_text(const nlohmann::json& doc, int indent) {

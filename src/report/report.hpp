@@ -37,8 +37,9 @@ nlohmann::json trace_json(const node::NodeSnapshot& snap,
                           const std::vector<findings::Finding>& found);
 
 // The same document written to `out` as it is built, one process or finding
-// per line: memory stays flat on nodes with thousands of processes.
-void write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
+// per line: memory stays flat on nodes with thousands of processes. False when
+// a write failed (a closed pipe, a full disk).
+[[nodiscard]] bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
                       const std::vector<findings::Finding>& found);
 
 // The plan's node view: GPU summary, driver-listed processes, unlisted holders,
@@ -49,6 +50,9 @@ std::string render_node_report(const node::NodeSnapshot& snap,
 // JSON as text for stdout. Names and command lines from /proc are arbitrary
 // bytes: invalid UTF-8 is replaced (U+FFFD), never thrown on.
 std::string json_text(const nlohmann::json& doc, int indent = 2);
+
+// Writes text to `out` and flushes; false when either failed.
+[[nodiscard]] bool write_text(std::FILE* out, const std::string& text);
 
 // Helpers shared by the renderers of other subcommands.
 std::string format_bytes(std::uint64_t bytes);

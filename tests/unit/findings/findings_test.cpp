@@ -331,7 +331,7 @@ TEST(Report, StreamedJsonIsTheSameDocumentAsTheTree) {
   std::size_t len = 0;
   std::FILE* mem = ::open_memstream(&buf, &len);
   ASSERT_NE(mem, nullptr);
-  gpureap::report::write_trace_json(mem, snap, found);
+  ASSERT_TRUE(gpureap::report::write_trace_json(mem, snap, found));
   std::fclose(mem);
   const std::string text(buf, len);
   std::free(buf);
@@ -342,12 +342,18 @@ TEST(Report, StreamedJsonIsTheSameDocumentAsTheTree) {
   // Empty arrays are still arrays.
   NodeSnapshot empty;
   mem = ::open_memstream(&buf, &len);
-  gpureap::report::write_trace_json(mem, empty, {});
+  ASSERT_TRUE(gpureap::report::write_trace_json(mem, empty, {}));
   std::fclose(mem);
   auto doc = nlohmann::json::parse(std::string(buf, len));
   std::free(buf);
   EXPECT_TRUE(doc["processes"].is_array() && doc["processes"].empty());
   EXPECT_EQ(doc, gpureap::report::trace_json(empty, {}));
+
+  // A stream that fails its writes (/dev/full: ENOSPC) is reported, not ignored.
+  std::FILE* full = std::fopen("/dev/full", "w");
+  ASSERT_NE(full, nullptr);
+  EXPECT_FALSE(gpureap::report::write_trace_json(full, snap, found));
+  std::fclose(full);
 }
 
 }  // namespace
