@@ -17,7 +17,9 @@ namespace gpureap::proc {
 
 struct ScanOptions {
   const DeviceMatcher* devices = nullptr;  // nullptr or empty: gpu_fds stays empty
-  std::vector<std::string> env_keys;       // environ is read only when non-empty
+  // environ is read only when non-empty, and only for GPU holders (or processes
+  // whose descriptors could not be read, or every process when read_fds is off).
+  std::vector<std::string> env_keys;
   unsigned threads = 1;                    // > 1: pids split across std::thread workers
   bool read_fds = true;                    // false: fd_count 0, fds_readable false
 };

@@ -315,6 +315,9 @@ class ScanFixtureTree : public ::testing::Test {
     add("4790", "zombie");
     add("4599", "nspid");
     write_file(proc / "4599" / "cgroup", fixture("k8s_misconfigured.cgroup"));
+    // Same environment, readable descriptors, no GPU: its environ is not read.
+    write_file(proc / "4599" / "environ", fixture("normal.environ"));
+    fs::create_directories(proc / "4599" / "fd");
     write_file(proc / "9997" / "stat", "garbage\n");  // malformed
     write_file(proc / "9997" / "status", "Tgid:\t9997\n");
     fs::create_directories(proc / "9998");  // listed, then gone: no stat
@@ -357,6 +360,10 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
     EXPECT_EQ(ns.local_pid(), 1);
     ASSERT_EQ(ns.cgroups.size(), 1u);
     EXPECT_NE(ns.cgroups[0].path.find(":cri-containerd:"), std::string::npos);
+
+    ASSERT_EQ(t->processes[0].pid, 4599);
+    EXPECT_TRUE(t->processes[0].fds_readable);
+    EXPECT_TRUE(t->processes[0].env.empty());  // not a GPU user: environ not read
 
     const Process& n = t->processes[1];
     EXPECT_EQ(n.comm, "sleep");
