@@ -1,3 +1,4 @@
+#include "sys/parse_number.hpp"
 #include "gpu/sim_backend.hpp"
 
 #include <dirent.h>
@@ -21,14 +22,7 @@ namespace {
 
 using nlohmann::json;
 
-template <class T>
-std::optional<T> parse_number(std::string_view s) {
-  T v{};
-  if (s.empty()) return std::nullopt;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
+using sys::parse_number;
 
 // Iterates a directory opened relative to `dir_fd`; the callback gets each name.
 template <class F>

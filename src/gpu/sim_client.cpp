@@ -1,3 +1,4 @@
+#include "sys/parse_number.hpp"
 #include "gpu/sim_client.hpp"
 
 #include <fcntl.h>
@@ -77,14 +78,7 @@ std::string json_escape(std::string_view s) {
   return out;
 }
 
-template <class T>
-std::optional<T> parse_number(std::string_view s) {
-  T v{};
-  if (s.empty()) return std::nullopt;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
+using sys::parse_number;
 
 sys::Result<sys::UniqueFd> open_device_file(const std::string& path) {
   // Deliberately no O_CLOEXEC: a forked/exec'd child inherits the device, as with CUDA.

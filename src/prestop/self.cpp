@@ -1,3 +1,4 @@
+#include "sys/parse_number.hpp"
 #include "prestop/self.hpp"
 
 #include <fcntl.h>
@@ -22,14 +23,7 @@ std::optional<std::string> read_link(const sys::HostRoot& root, const std::strin
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-template <class T>
-std::optional<T> parse_number(std::string_view s) {
-  T v{};
-  if (s.empty()) return std::nullopt;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
+using sys::parse_number;
 
 }  // namespace
 
