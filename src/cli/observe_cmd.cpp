@@ -13,6 +13,7 @@
 #include "cli/session.hpp"
 #include "findings/finding.hpp"
 #include "report/observe.hpp"
+#include "report/report.hpp"
 
 namespace gpureap::cli {
 
@@ -31,7 +32,7 @@ int run_observe(const CommonOptions& opt) {
   const auto found = findings::detect_all(*snap);
   const auto rep = report::analyse_observe(*snap, found);
   if (opt.json) {
-    fmt::print("{}\n", report::observe_json(*snap, rep).dump(2));
+    fmt::print("{}\n", report::json_text(report::observe_json(*snap, rep)));
   } else {
     fmt::print("{}", report::render_observe(*snap, rep));
   }

@@ -24,6 +24,7 @@
 #include "node/take.hpp"
 #include "prestop/act.hpp"
 #include "prestop/select.hpp"
+#include "report/report.hpp"
 #include "prestop/self.hpp"
 #include "sys/host_root.hpp"
 #include "sys/unique_fd.hpp"
@@ -233,7 +234,7 @@ int run_prestop(const PrestopOptions& o) {
   log.line(fmt::format("done in {:.3f} s: {} target(s), {} killed, {} survived or still listed; exit {}",
                        report.total_s, report.results.size(), killed, survived, exit_code));
   if (o.common.json) {
-    fmt::print("{}\n", to_json(o, term_wait, *self, selection, report, exit_code, log.to_pid1()).dump(2));
+    fmt::print("{}\n", ::gpureap::report::json_text(to_json(o, term_wait, *self, selection, report, exit_code, log.to_pid1())));
     std::fflush(stdout);
   }
   return exit_code;
