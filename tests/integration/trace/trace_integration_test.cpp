@@ -286,6 +286,11 @@ TEST_F(TraceIntegration, RuncContainerWithZombieAndOrphanIsMappedAndFlagged) {
   for (const char* d : {"/proc", "/dev", "/tmp"}) fs::create_directories(rootfs + d);
   fs::create_directories(rootfs + sim_dir_);
   fs::copy_file(kWorker, rootfs + "/gpureap-worker");
+  // The worker is static in the default build but dynamic under ASan: give the
+  // container the host's /usr read-only, and merged-usr's lib symlinks.
+  fs::create_directories(rootfs + "/usr");
+  fs::create_directory_symlink("usr/lib", rootfs + "/lib");
+  if (fs::exists("/usr/lib64")) fs::create_directory_symlink("usr/lib64", rootfs + "/lib64");
 
   auto spec_run = gpureap::testing::run({runc, "spec", "--bundle", bundle});
   ASSERT_EQ(spec_run.exit_code, 0) << spec_run.err;
@@ -296,6 +301,10 @@ TEST_F(TraceIntegration, RuncContainerWithZombieAndOrphanIsMappedAndFlagged) {
   spec["process"]["env"].push_back("GPUREAP_SIM_DIR=" + sim_dir_);
   spec["root"]["readonly"] = true;
   spec["linux"]["cgroupsPath"] = "/kubepods/pod" + uid + "/" + id;  // guaranteed, cgroupfs
+  spec["mounts"].push_back({{"destination", "/usr"},
+                            {"type", "bind"},
+                            {"source", "/usr"},
+                            {"options", {"rbind", "ro"}}});
   spec["mounts"].push_back({{"destination", sim_dir_},
                             {"type", "bind"},
                             {"source", sim_dir_},
