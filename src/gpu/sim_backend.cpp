@@ -226,6 +226,10 @@ sys::Result<sim::Config> parse_sim_config(std::string_view text, std::string_vie
     doc = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     return sys::Error{EINVAL, w + ": not valid JSON (at byte " + std::to_string(e.byte) + ")"};
+  } catch (const json::exception& e) {
+    // Well-formed text the library still refuses: a number too large for a
+    // double (out_of_range), say. Found by the fuzzer; must not abort.
+    return sys::Error{EINVAL, w + ": not usable JSON (" + e.what() + ")"};
   }
   if (!doc.is_object()) return fail("(top level)", "expected an object");
   sim::Config c;

@@ -216,6 +216,10 @@ sys::Result<GpuSnapshot> snapshot_from_json_text(std::string_view text, std::str
   } catch (const json::parse_error& e) {
     // e.byte says where; the library's own text is long and names no file.
     return sys::Error{EINVAL, std::string(what) + ": not valid JSON (at byte " + std::to_string(e.byte) + ")"};
+  } catch (const json::exception& e) {
+    // Well-formed text the library still refuses: a number too large for a
+    // double (out_of_range), say. Found by the fuzzer; must not abort.
+    return sys::Error{EINVAL, std::string(what) + ": not usable JSON (" + e.what() + ")"};
   }
   return snapshot_from_json(doc, what);
 }

@@ -168,3 +168,19 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace gpureap::gpu
+
+namespace gpureap::gpu {
+namespace {
+
+TEST(GpuSnapshotJsonOutOfRange, NumberTooLargeIsAnErrorNotAnAbort) {
+  // Found by the fuzzer: well-formed JSON whose number overflows a double
+  // makes the library throw out_of_range, not parse_error.
+  const std::string text = R"({"driver_version": "1", "devices": [{"index": 0, "memory": {"total": 1)" +
+                           std::string(400, '8') + R"(}}]})";
+  auto r = snapshot_from_json_text(text, "big.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("big.json"), std::string::npos) << r.error().message;
+}
+
+}  // namespace
+}  // namespace gpureap::gpu
