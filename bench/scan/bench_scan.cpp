@@ -1,10 +1,12 @@
 // bench_scan: one process scan as a tiny CLI, so the harness can measure its
 // wall time and max RSS exactly as it measures fuser and lsof (fork, exec, wait4).
-//   bench_scan [--threads N] [--root DIR] [--no-majors] [--no-fds] [--repeat N] DEVICE_FILE...
+//   bench_scan [--threads N] [--root DIR] [--no-majors] [--no-fds] [--repeat N]
+//              [--fd-source auto|bpf|procfs] DEVICE_FILE...
 // --no-fds and no DEVICE_FILE split the cost: files only / fd listing without readlink.
 // Prints one line: threads, scan time inside the process, processes, holders
 // (processes with a matched descriptor), matched descriptors, VmHWM.
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   bool majors = true;
   bool read_fds = true;
   unsigned repeat = 1;
+  proc::FdSource fd_source = proc::FdSource::automatic;
   proc::DeviceMatcher matcher;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -51,12 +54,18 @@ int main(int argc, char** argv) {
       majors = false;
     } else if (a == "--no-fds") {
       read_fds = false;
+    } else if (a == "--fd-source" && i + 1 < argc) {
+      std::string_view v = argv[++i];
+      fd_source = v == "bpf" ? proc::FdSource::kernel : v == "procfs" ? proc::FdSource::procfs : proc::FdSource::automatic;
     } else if (a == "--repeat" && i + 1 < argc) {
       repeat = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
       std::string path(a);
       std::string name = path.substr(path.rfind('/') + 1);
-      matcher.nodes.push_back(proc::DeviceNode{name, path, std::nullopt});
+      proc::DeviceNode node{name, path, std::nullopt, std::nullopt};
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) node.file = proc::FileId{st.st_dev, st.st_ino};
+      matcher.nodes.push_back(std::move(node));
     }
   }
   // As on a real node: NVIDIA's fixed major makes every /dev link a stat candidate.
@@ -71,6 +80,7 @@ int main(int argc, char** argv) {
   opts.devices = &matcher;
   opts.threads = threads;
   opts.read_fds = read_fds;
+  opts.fd_source = fd_source;
   // With --repeat, the best of N in-process scans (the table of the last one is printed).
   double best_ms = 0;
   std::optional<sys::Result<proc::ProcessTable>> result;
@@ -95,8 +105,8 @@ int main(int argc, char** argv) {
     gpu_fds += p.gpu_fd_total();
     fds += p.fd_count;
   }
-  std::printf("threads=%u scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u vanished=%u hwm_kb=%ld\n",
-              threads, best_ms, table->stats.scanned, fds,
+  std::printf("threads=%u fds_from=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u vanished=%u hwm_kb=%ld\n",
+              threads, table->stats.fds_from.c_str(), best_ms, table->stats.scanned, fds,
               holders, gpu_fds, table->stats.vanished, vm_hwm_kb());
   return 0;
 }

@@ -295,22 +295,16 @@ int main(int argc, char** argv) {
   std::vector<Tool> tools;
   tools.push_back({"fuser -v", {"fuser", "-v", devs[0], devs[1], devs[2]}, {}, {}, {}, {}, 0});
   tools.push_back({"lsof", {"lsof", "-w", devs[0], devs[1], devs[2]}, {}, {}, {}, {}, 0});
-  tools.push_back({"scan 1 thread", {cfg.bench_scan, "--threads", "1", devs[0], devs[1], devs[2]}, {}, {}, {}, {}, 0});
-  tools.push_back({"scan " + std::to_string(cfg.threads) + " threads",
-                   {cfg.bench_scan, "--threads", std::to_string(cfg.threads), devs[0], devs[1], devs[2]},
-                   {},
-                   {},
-                   {},
-                   {},
-                   0});
-  tools.push_back({"trace 1 thread", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--threads", "1"}, {}, {}, {}, {}, 0});
-  tools.push_back({"trace " + std::to_string(cfg.threads) + " threads",
-                   {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--threads", std::to_string(cfg.threads)},
-                   {},
-                   {},
-                   {},
-                   {},
-                   0});
+  auto tool = [](std::string label, std::vector<std::string> command) {
+    return Tool{std::move(label), std::move(command), {}, {}, {}, {}, 0};
+  };
+  const std::string n = std::to_string(cfg.threads);
+  tools.push_back(tool("scan procfs 1 thread", {cfg.bench_scan, "--fd-source", "procfs", "--threads", "1", devs[0], devs[1], devs[2]}));
+  tools.push_back(tool("scan bpf 1 thread", {cfg.bench_scan, "--fd-source", "bpf", "--threads", "1", devs[0], devs[1], devs[2]}));
+  tools.push_back(tool("trace procfs 1 thr", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "procfs", "--threads", "1"}));
+  tools.push_back(tool("trace 1 thread", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", "1"}));
+  tools.push_back(tool("trace " + n + " threads", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", n}));
+  tools.push_back(tool("trace table 1 thr", {cfg.gpureap, "trace", "--gpu", "sim", "--fd-source", "bpf", "--threads", "1"}));
   // Interleaved, so drift in machine load hits every tool alike.
   for (unsigned r = 0; r < cfg.repeat; ++r) {
     for (auto& t : tools) {
@@ -330,26 +324,27 @@ int main(int argc, char** argv) {
   }
   // Sanity: lsof lists one line per (process, descriptor) plus a header.
   std::size_t lsof_lines = static_cast<std::size_t>(std::count(tools[1].last_out.begin(), tools[1].last_out.end(), '\n'));
-  std::printf("scan says: %s", tools[2].last_out.c_str());
+  std::printf("scan (procfs) says: %s", tools[2].last_out.c_str());
+  std::printf("scan (bpf) says:    %s", tools[3].last_out.c_str());
   if (lsof_lines <= 1) std::printf("note: lsof printed no holders (lines=%zu)\n", lsof_lines);
 
   const double fuser_ms = median(tools[0].ms);
   const double lsof_ms = median(tools[1].ms);
   const double fuser_cpu = median(tools[0].cpu);
   const double lsof_cpu = median(tools[1].cpu);
-  std::printf("\n%-16s %9s %8s %8s %9s %9s %9s %9s %9s\n", "tool", "wall ms", "min ms", "cpu ms", "max RSS",
-              "wall/fuser", "wall/lsof", "cpu/fuser", "cpu/lsof");
+  std::printf("\n%-20s %9s %8s %8s %9s %9s %9s %9s %9s %9s\n", "tool", "wall ms", "min ms", "cpu ms", "max RSS",
+              "wall/fuser", "wall/lsof", "cpu/fuser", "cpu/lsof", "fuser/wall");
   for (const auto& t : tools) {
     double m = median(t.ms);
     double c = median(t.cpu);
-    std::printf("%-16s %9.1f %8.1f %8.1f %5.1f MiB %9.2fx %8.2fx %8.2fx %8.2fx\n", t.label.c_str(), m,
+    std::printf("%-20s %9.1f %8.1f %8.1f %5.1f MiB %9.2fx %8.2fx %8.2fx %8.2fx %8.2fx\n", t.label.c_str(), m,
                 *std::min_element(t.ms.begin(), t.ms.end()), c, median(t.rss) / 1024.0, m / fuser_ms, m / lsof_ms,
-                c / fuser_cpu, c / lsof_cpu);
+                c / fuser_cpu, c / lsof_cpu, fuser_ms / m);
   }
   std::printf("(medians of %u interleaved runs; min ms is the best run; cpu = user+sys of that process)\n",
               cfg.repeat);
   double per_fd_us = median(tools[2].ms) * 1000.0 / (static_cast<double>(cfg.procs) * cfg.fds);
-  std::printf("\nscan 1 thread: %.2f us per descriptor over %u descriptors (whole node, wall clock incl. exec)\n",
+  std::printf("\nscan procfs 1 thread: %.2f us per descriptor over %u descriptors (whole node, wall clock incl. exec)\n",
               per_fd_us, cfg.procs * cfg.fds);
   fleet.kill_all();
   return 0;

@@ -18,6 +18,17 @@ void add_common_options(CLI::App& cmd, CommonOptions& options) {
   cmd.add_flag("--json", options.json, "Print versioned JSON on stdout (logs stay on stderr)");
   cmd.add_option("--threads", options.threads, "Process-scan threads (0 = one per core, max 8)")
       ->capture_default_str();
+  cmd.add_option("--fd-source", options.fd_source,
+                 "Where open descriptors are read: bpf (one kernel iterator pass, root and BTF "
+                 "needed), procfs (/proc/PID/fd), auto (bpf where it can answer, else procfs)")
+      ->check(CLI::IsMember({"auto", "bpf", "procfs"}))
+      ->capture_default_str();
+}
+
+proc::FdSource fd_source(const CommonOptions& options) {
+  if (options.fd_source == "bpf") return proc::FdSource::kernel;
+  if (options.fd_source == "procfs") return proc::FdSource::procfs;
+  return proc::FdSource::automatic;
 }
 
 unsigned effective_threads(const CommonOptions& options) {

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "proc/scan.hpp"
+
 namespace gpureap::cli {
 
 inline constexpr int kExitClean = 0;
@@ -17,10 +19,12 @@ struct CommonOptions {
   std::string gpu = "auto";              // auto|nvml|sim|json:FILE|none
   bool json = false;
   unsigned threads = 0;                  // 0: one per core, at most 8
+  std::string fd_source = "auto";        // auto|bpf|procfs
 };
 
 void add_common_options(CLI::App& cmd, CommonOptions& options);
 unsigned effective_threads(const CommonOptions& options);
+proc::FdSource fd_source(const CommonOptions& options);
 
 // "gpureap: <message>" on stderr.
 void log_error(const std::string& message);

@@ -185,6 +185,7 @@ int run_prestop(const PrestopOptions& o) {
   const container::Resolvers no_resolvers;
   node::SnapshotOptions snap_options;
   snap_options.threads = effective_threads(o.common);
+  snap_options.fd_source = fd_source(o.common);
   auto snap = node::take_snapshot(*root, **backend, no_resolvers, snap_options);
   if (!snap) {
     log.line("could not check: " + snap.error().message);

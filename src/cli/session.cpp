@@ -17,6 +17,7 @@ sys::Result<node::NodeSnapshot> take_node_snapshot(const CommonOptions& options)
   const auto resolvers = container::default_resolvers(*root, container::ResolverOptions{});
   node::SnapshotOptions snap_options;
   snap_options.threads = effective_threads(options);
+  snap_options.fd_source = fd_source(options);
   snap_options.env_keys = findings::nccl_env_keys();  // torch.distributed jobs (nccl_missing_rank)
   return node::take_snapshot(*root, **backend, resolvers, snap_options);
 }

@@ -35,7 +35,7 @@ class JsonBackend final : public GpuBackend {
     // (FACTS.md); nvidia-uvm's major is dynamic, so it is matched by path only.
     auto add = [&m](const std::string& n, std::optional<dev_t> rdev) {
       bool known = std::any_of(m.nodes.begin(), m.nodes.end(), [&](const auto& node) { return node.name == n; });
-      if (!known) m.nodes.push_back(proc::DeviceNode{n, "/dev/" + n, rdev});
+      if (!known) m.nodes.push_back(proc::DeviceNode{n, "/dev/" + n, rdev, std::nullopt});
     };
     for (const auto& d : first_.devices) {
       if (d.minor) add("nvidia" + std::to_string(*d.minor), makedev(kNvidiaMajor, *d.minor));

@@ -39,11 +39,12 @@ std::vector<std::string> list_dir(int dir_fd, const char* rel) {
 }
 
 void add_node(const sys::HostRoot& root, const std::string& name, std::vector<proc::DeviceNode>& out) {
-  proc::DeviceNode node{name, "/dev/" + name, std::nullopt};
+  proc::DeviceNode node{name, "/dev/" + name, std::nullopt, std::nullopt};
   struct stat st {};
   // Follows symlinks: some hosts link /dev/nvidia* into /dev/char or a container runtime's dir.
-  if (::fstatat(root.dir_fd(), ("dev/" + name).c_str(), &st, 0) == 0 && S_ISCHR(st.st_mode)) {
-    node.rdev = st.st_rdev;
+  if (::fstatat(root.dir_fd(), ("dev/" + name).c_str(), &st, 0) == 0) {
+    if (S_ISCHR(st.st_mode)) node.rdev = st.st_rdev;
+    if (S_ISREG(st.st_mode)) node.file = proc::FileId{st.st_dev, st.st_ino};
   }
   out.push_back(std::move(node));
 }

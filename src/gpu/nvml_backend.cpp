@@ -652,7 +652,7 @@ class NvmlBackend final : public GpuBackend {
     proc::DeviceMatcher m = real_device_matcher(root_);
     auto add = [&m](const std::string& name, std::optional<dev_t> rdev) {
       bool known = std::any_of(m.nodes.begin(), m.nodes.end(), [&name](const auto& n) { return n.name == name; });
-      if (!known) m.nodes.push_back(proc::DeviceNode{name, "/dev/" + name, rdev});
+      if (!known) m.nodes.push_back(proc::DeviceNode{name, "/dev/" + name, rdev, std::nullopt});
     };
     for (unsigned minor : minors_) add("nvidia" + std::to_string(minor), makedev(kNvidiaMajor, minor));
     add("nvidiactl", makedev(kNvidiaMajor, kCtlMinor));

@@ -125,8 +125,16 @@ class SimBackend final : public GpuBackend {
       if (n.rfind("nvidia", 0) == 0) names.emplace_back(n);
     });
     std::sort(names.begin(), names.end());
-    // Plain files, so no rdev: the scan matches them by path.
-    for (auto& n : names) m.nodes.push_back(proc::DeviceNode{n, display_dir_ + "/dev/" + n, std::nullopt});
+    // Plain files, so no rdev: the /proc scan matches them by path, the
+    // kernel descriptor iterator by inode.
+    for (auto& n : names) {
+      proc::DeviceNode node{n, display_dir_ + "/dev/" + n, std::nullopt, std::nullopt};
+      struct stat st {};
+      if (::stat((dev + "/" + n).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        node.file = proc::FileId{st.st_dev, st.st_ino};
+      }
+      m.nodes.push_back(std::move(node));
+    }
     return m;
   }
 

@@ -41,6 +41,7 @@ sys::Result<NodeSnapshot> take_snapshot(const sys::HostRoot& root, gpu::GpuBacke
   scan_options.devices = &devices;
   scan_options.env_keys = options.env_keys;
   scan_options.threads = options.threads;
+  scan_options.fd_source = options.fd_source;
 
   auto table = proc::scan_processes(root, scan_options);
   if (!table) return table.error();

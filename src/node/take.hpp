@@ -8,6 +8,7 @@
 #include "container/pod_resolver.hpp"
 #include "gpu/backend.hpp"
 #include "node/snapshot.hpp"
+#include "proc/scan.hpp"
 #include "sys/error.hpp"
 #include "sys/host_root.hpp"
 
@@ -16,6 +17,7 @@ namespace gpureap::node {
 struct SnapshotOptions {
   unsigned threads = 1;                // process scan workers
   std::vector<std::string> env_keys;   // environ keys to keep (e.g. torch.distributed's)
+  proc::FdSource fd_source = proc::FdSource::automatic;
 };
 
 // Scans processes, reads the GPU backend, matches the driver's PIDs, resolves

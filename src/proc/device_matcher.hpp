@@ -11,10 +11,19 @@
 
 namespace gpureap::proc {
 
+// The identity of a file that is not a char device (the simulated GPU's
+// plain files): the kernel descriptor iterator matches inodes, not paths.
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const FileId&) const = default;
+};
+
 struct DeviceNode {
   std::string name;           // "nvidia0", "nvidiactl", "nvidia-uvm", ...
   std::string path;           // path a holder's fd link shows, e.g. "/dev/nvidia0"
   std::optional<dev_t> rdev;  // char device number when the node could be stat'ed
+  std::optional<FileId> file; // set for a plain file that could be stat'ed
 };
 
 struct DeviceMatcher {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <thread>
 
+#include "proc/kernel_fds.hpp"
 #include "proc/parse.hpp"
 #include "sys/unique_fd.hpp"
 
@@ -92,6 +93,7 @@ bool never_a_gpu(std::string_view path) {
 struct Reader {
   const sys::HostRoot& root;
   const ScanOptions& options;
+  const KernelFdTable* kernel = nullptr;  // the iterator's answer, when it ran
   std::vector<char> dents = std::vector<char>(32768);
   std::string text;
   std::vector<unsigned> node_counts;               // per matcher node, for the current process
@@ -191,7 +193,7 @@ struct Reader {
     // Listed but the links hidden (ptrace access check, e.g. another user
     // namespace): the count is right, a GPU match was impossible.
     p.fds_readable = !links_denied;
-    for (std::size_t i = 0; i < node_counts.size(); ++i) {
+    for (std::size_t i = 0; match && i < node_counts.size(); ++i) {
       if (node_counts[i] > 0) p.gpu_fds.push_back(DeviceUse{m->nodes[i].name, node_counts[i]});
     }
     std::sort(by_major.begin(), by_major.end());
@@ -201,9 +203,26 @@ struct Reader {
     }
   }
 
+  // The iterator's counts where it saw this very process (same start time);
+  // else the /proc walk: a process it missed is new since, a reused pid, one
+  // without descriptors (3 syscalls to confirm), or one hidden from it.
+  void take_fds(int pid_fd, Process& p) {
+    if (kernel != nullptr) {
+      const KernelFdSummary* k = kernel->find(p.pid);
+      if (k != nullptr && (k->start_ticks == p.start_time || k->start_ticks == 0) &&
+          p.start_time < kernel->started_ticks) {
+        p.fd_count = k->fd_count;
+        p.fds_readable = true;
+        p.gpu_fds = k->gpu_fds;
+        return;
+      }
+    }
+    scan_fds(pid_fd, p);
+  }
+
   Outcome read(pid_t pid, Process& p, std::string* why) {
     char path[32];
-    std::snprintf(path, sizeof path, "proc/%d", pid);
+    if (std::snprintf(path, sizeof path, "proc/%d", pid) <= 0) return Outcome::malformed;
     // Every file is opened relative to this one directory fd, not by path:
     // the fd stays bound to this process, so if the pid is reused mid-read
     // the opens fail (ENOENT) instead of mixing two processes in one entry.
@@ -259,7 +278,7 @@ struct Reader {
     // The rest is best effort: a zombie has no cmdline, environ may be denied.
     if (read_into(pfd, "cmdline", true) == 0) p.cmdline = parse_cmdline(text);
     if (read_into(pfd, "cgroup", true) == 0) p.cgroups = distinct_cgroup_paths(parse_cgroup(text));
-    if (options.read_fds) scan_fds(pfd, p);
+    if (options.read_fds) take_fds(pfd, p);
     // The environment is asked for to group GPU users (torch.distributed
     // ranks): read it only where descriptors show a GPU user, or could not be
     // read — 3 syscalls saved on every other process.
@@ -285,9 +304,10 @@ void count(ScanStats& stats, Outcome o) {
   }
 }
 
-void scan_some(const sys::HostRoot& root, const ScanOptions& options, const std::vector<pid_t>& pids,
-               std::atomic<std::size_t>& next, WorkerResult& out) {
+void scan_some(const sys::HostRoot& root, const ScanOptions& options, const KernelFdTable* kernel,
+               const std::vector<pid_t>& pids, std::atomic<std::size_t>& next, WorkerResult& out) {
   Reader reader(root, options);
+  reader.kernel = kernel;
   constexpr std::size_t kChunk = 32;  // small enough to balance, large enough to keep the atomic cold
   for (;;) {
     std::size_t begin = next.fetch_add(kChunk, std::memory_order_relaxed);
@@ -305,6 +325,22 @@ void scan_some(const sys::HostRoot& root, const ScanOptions& options, const std:
 }  // namespace
 
 sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOptions& options) {
+  // The iterator runs before /proc is listed: every process it could have
+  // missed then starts after `started_ticks`, and take_fds walks its /proc.
+  std::optional<KernelFdTable> kernel;
+  std::string fds_note;
+  if (options.read_fds && options.fd_source != FdSource::procfs) {
+    const DeviceMatcher no_devices;
+    auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices);
+    if (k) {
+      kernel = std::move(k.value());
+    } else if (options.fd_source == FdSource::kernel) {
+      return k.error();
+    } else {
+      fds_note = k.error().message;
+    }
+  }
+
   int fd = ::openat(root.dir_fd(), "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return sys::errno_error(errno, "open " + root.join("proc"));
   sys::UniqueFd proc_dir(fd);
@@ -318,6 +354,9 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
 
   ProcessTable table;
   table.stats.listed = static_cast<unsigned>(pids.size());
+  if (options.read_fds) table.stats.fds_from = kernel ? "bpf" : "procfs";
+  table.stats.fds_note = std::move(fds_note);
+  const KernelFdTable* kernel_table = kernel ? &*kernel : nullptr;
   unsigned nthreads = std::max(1u, options.threads);
   // No more workers than pids: an idle thread costs a clone for nothing.
   nthreads = static_cast<unsigned>(std::min<std::size_t>(nthreads, std::max<std::size_t>(1, pids.size())));
@@ -325,13 +364,13 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   std::atomic<std::size_t> next{0};
   if (nthreads == 1) {
     results[0].processes.reserve(pids.size());  // exact, not doubled: the table is most of our RSS
-    scan_some(root, options, pids, next, results[0]);
+    scan_some(root, options, kernel_table, pids, next, results[0]);
   } else {
     std::vector<std::thread> workers;
     workers.reserve(nthreads);
     for (unsigned t = 0; t < nthreads; ++t) {
-      workers.emplace_back(scan_some, std::cref(root), std::cref(options), std::cref(pids), std::ref(next),
-                           std::ref(results[t]));
+      workers.emplace_back(scan_some, std::cref(root), std::cref(options), kernel_table, std::cref(pids),
+                           std::ref(next), std::ref(results[t]));
     }
     for (auto& w : workers) w.join();
   }

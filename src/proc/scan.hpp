@@ -15,6 +15,11 @@
 
 namespace gpureap::proc {
 
+// Where descriptors come from. automatic: the kernel iterator where it can
+// answer (see kernel_fds.hpp), else the /proc walk; kernel: the iterator or an
+// error; procfs: one readlinkat per descriptor under /proc/<pid>/fd.
+enum class FdSource { automatic, kernel, procfs };
+
 struct ScanOptions {
   const DeviceMatcher* devices = nullptr;  // nullptr or empty: gpu_fds stays empty
   // environ is read only when non-empty, and only for GPU holders (or processes
@@ -22,6 +27,7 @@ struct ScanOptions {
   std::vector<std::string> env_keys;
   unsigned threads = 1;                    // > 1: pids split across std::thread workers
   bool read_fds = true;                    // false: fd_count 0, fds_readable false
+  FdSource fd_source = FdSource::automatic;
 };
 
 struct ScanStats {
@@ -30,6 +36,8 @@ struct ScanStats {
   unsigned vanished = 0;   // gone between listing and reading (ENOENT/ESRCH)
   unsigned denied = 0;     // EACCES/EPERM on status or stat
   unsigned malformed = 0;  // stat or status present but unparsable
+  std::string fds_from;    // "bpf" or "procfs" ("" when descriptors were not read)
+  std::string fds_note;    // why "procfs" although the iterator was allowed
   bool operator==(const ScanStats&) const = default;
 };
 
@@ -38,7 +46,8 @@ struct ProcessTable {
   ScanStats stats;
 };
 
-// Fails only when <root>/proc itself cannot be listed.
+// Fails only when <root>/proc itself cannot be listed, or when FdSource::kernel
+// was asked for and the iterator cannot answer.
 sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOptions& options);
 
 // Reads one process. `pid` may be a thread id (the GPU driver can report one):

@@ -175,7 +175,9 @@ json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Findi
             {"scanned", snap.scan_stats.scanned},
             {"vanished", snap.scan_stats.vanished},
             {"denied", snap.scan_stats.denied},
-            {"malformed", snap.scan_stats.malformed}}}};
+            {"malformed", snap.scan_stats.malformed},
+            {"fds_from", snap.scan_stats.fds_from},
+            {"fds_note", snap.scan_stats.fds_note}}}};
 }
 
 }  // namespace

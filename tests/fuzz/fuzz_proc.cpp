@@ -4,11 +4,14 @@
 // invariants the parsers document.
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "proc/btf.hpp"
 #include "proc/parse.hpp"
 
 namespace {
@@ -23,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   using namespace gpureap::proc;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 8) {
+  switch (data[0] % 9) {
     case 0: {
       auto s = parse_status(text);
       if (s) {
@@ -54,6 +57,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 6: {
       static const std::vector<std::string> keys{"CUDA_VISIBLE_DEVICES", "RANK", "A", ""};
       for (const auto& kv : parse_environ(text, keys)) check(!kv.first.empty());
+      break;
+    }
+    case 8: {
+      // The BTF reader over arbitrary bytes: an answer or an error, never a crash.
+      BtfQuery q;
+      q.members = {{"task_struct", "tgid"}, {"file", "f_inode"}};
+      q.funcs = {"bpf_iter_task_file"};
+      auto read = [text](std::uint64_t off, char* buf, std::size_t len) -> ssize_t {
+        if (off >= text.size()) return 0;
+        const std::size_t n = std::min<std::size_t>(len, text.size() - static_cast<std::size_t>(off));
+        std::memcpy(buf, text.data() + off, n);
+        return static_cast<ssize_t>(n);
+      };
+      auto a = query_btf(read, q, "fuzz");
+      if (a) check(a->member_offsets.size() <= 2 && a->func_ids.size() <= 1);
       break;
     }
     default:

@@ -29,6 +29,12 @@ class Child {
 
   [[nodiscard]] pid_t pid() const { return pid_; }
   [[nodiscard]] bool started() const { return pid_ > 0; }
+  // The caller reaped it: forget the pid, so it is never signalled again.
+  pid_t release() {
+    pid_t p = pid_;
+    pid_ = -1;
+    return p;
+  }
 
   // SIGKILL (harmless on a zombie: the pid stays ours until reaped) and reap.
   void reap() {

@@ -1,6 +1,7 @@
 // The scan against real processes this test starts (fd counting, zombie, PID
 // namespace, thread id) and against a fake host root built from fixtures
 // (vanished / malformed counting, device matching by path and by rdev).
+#include "proc/kernel_fds.hpp"
 #include "proc/parse.hpp"
 #include "proc/scan.hpp"
 
@@ -79,7 +80,7 @@ TEST(ScanReal, CountsDescriptorsOnMatchedPath) {
   ASSERT_TRUE(child.started());
 
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt});
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, std::nullopt});
   ScanOptions opts;
   opts.devices = &m;
   auto root = slash();
@@ -128,7 +129,7 @@ TEST(ScanReal, MatchesCharDevicesByRdevAndMajor) {
   ASSERT_TRUE(child.started());
   DeviceMatcher m;
   // Listed by rdev under another path: the rdev decides.
-  m.nodes.push_back(DeviceNode{"fake-full", "/dev/not-this-path", full_st.st_rdev});
+  m.nodes.push_back(DeviceNode{"fake-full", "/dev/not-this-path", full_st.st_rdev, std::nullopt});
   m.majors.push_back(major(full_st.st_rdev));
   ScanOptions opts;
   opts.devices = &m;
@@ -159,7 +160,7 @@ TEST(ScanReal, ManyDescriptorsNeedSeveralGetdents) {
   });
   ASSERT_TRUE(child.started());
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt});
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, std::nullopt});
   ScanOptions opts;
   opts.devices = &m;
   auto p = read_process(slash(), child.pid(), opts);
@@ -291,6 +292,167 @@ TEST(ScanReal, GonePidIsVanished) {
 
 // ---------------------------------------------------------------- fake host root
 
+// ---------------------------------------------------------------- the kernel descriptor iterator
+
+// A child that reports ready, then closes every descriptor and pauses: the
+// iterator has no record of it, so the scan must confirm "no fds" in /proc.
+Child spawn_fdless(Pipes& pipes) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    pipes.child_setup();
+    char c = 'r';
+    (void)!::write(test::kReadyFd, &c, 1);
+    ::syscall(SYS_close_range, 0u, ~0u, 0u);
+    for (;;) ::pause();
+  }
+  Child child(pid);
+  if (pid > 0 && !pipes.wait_ready()) child.reap();
+  return child;
+}
+
+TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  struct stat dev_st {};
+  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  struct stat full_st {};
+  ASSERT_EQ(::stat("/dev/full", &full_st), 0);
+
+  Pipes p1, p2, p3, p4;
+  Child by_file = spawn_ready(p1, [&] {
+    for (int i = 0; i < 7; ++i) ::open(dev.c_str(), O_RDONLY);
+  });
+  Child by_rdev = spawn_ready(p2, [] {
+    for (int i = 0; i < 3; ++i) ::open("/dev/full", O_RDONLY);
+    for (int i = 0; i < 2; ++i) ::open("/dev/zero", O_RDONLY);   // major 1 only: named by number
+    ::open("/dev/null", O_RDONLY);                                 // major 1, but never a GPU
+  });
+  Child fdless = spawn_fdless(p3);
+  Child many = spawn_ready(p4, [&] {
+    for (int i = 0; i < 300; ++i) ::open(i % 2 == 0 ? dev.c_str() : "/dev/null", O_RDONLY);
+  });
+  for (const Child* c : {&by_file, &by_rdev, &fdless, &many}) ASSERT_TRUE(c->started());
+
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  m.nodes.push_back(DeviceNode{"fake-full", "/dev/not-this-path", full_st.st_rdev, std::nullopt});
+  m.majors.push_back(1);
+  auto root = slash();
+  ScanOptions kernel_opts;
+  kernel_opts.devices = &m;
+  kernel_opts.fd_source = FdSource::kernel;
+  ScanOptions procfs_opts = kernel_opts;
+  procfs_opts.fd_source = FdSource::procfs;
+  auto k = scan_processes(root, kernel_opts);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  auto w = scan_processes(root, procfs_opts);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  EXPECT_EQ(k->stats.fds_from, "bpf");
+  EXPECT_EQ(w->stats.fds_from, "procfs");
+
+  for (const Child* c : {&by_file, &by_rdev, &fdless, &many}) {
+    const Process* a = find(*k, c->pid());
+    const Process* b = find(*w, c->pid());
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(a->fd_count, b->fd_count) << c->pid();
+    EXPECT_EQ(a->fds_readable, b->fds_readable) << c->pid();
+    EXPECT_EQ(a->gpu_fds, b->gpu_fds) << c->pid();
+  }
+  EXPECT_EQ(find(*k, by_file.pid())->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 7}}));
+  EXPECT_EQ(find(*k, by_rdev.pid())->gpu_fds,
+            (std::vector<DeviceUse>{{"fake-full", 3},
+                                    {"nvidia-1:" + std::to_string(::minor(makedev(1, 5))), 2}}));
+  EXPECT_EQ(find(*k, fdless.pid())->fd_count, 0u);
+  EXPECT_TRUE(find(*k, fdless.pid())->fds_readable);
+  EXPECT_EQ(find(*k, many.pid())->fd_count, 302u);
+  EXPECT_EQ(find(*k, many.pid())->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 150}}));
+}
+
+TEST(KernelFds, RecordsMatchByInodeRdevOrMajor) {
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", "/dev/nvidia0", makedev(195, 0), std::nullopt});
+  m.nodes.push_back(DeviceNode{"sim", "/tmp/sim/dev/nvidia0", std::nullopt, FileId{makedev(0, 42), 7}});
+  m.majors = {195, 510};
+  auto rec = [](mode_t mode, dev_t rdev, dev_t dev, std::uint64_t ino) {
+    return KernelFdRecord{static_cast<std::uint32_t>(mode), rdev, dev, ino};
+  };
+  EXPECT_EQ(match_kernel_fd(m, rec(S_IFCHR | 0666, makedev(195, 0), 5, 1)).node, 0);
+  EXPECT_EQ(match_kernel_fd(m, rec(S_IFREG | 0644, 0, makedev(0, 42), 7)).node, 1);
+  EXPECT_EQ(match_kernel_fd(m, rec(S_IFREG | 0644, 0, makedev(0, 42), 8)).node, -1);
+  // A char device with another file's dev/ino is not that file.
+  EXPECT_EQ(match_kernel_fd(m, rec(S_IFCHR | 0666, 0, makedev(0, 42), 7)).node, -1);
+  auto uvm = match_kernel_fd(m, rec(S_IFCHR | 0666, makedev(510, 1), 5, 2));
+  EXPECT_EQ(uvm.node, -1);
+  ASSERT_TRUE(uvm.rdev.has_value());
+  EXPECT_EQ(*uvm.rdev, makedev(510, 1));
+  EXPECT_FALSE(match_kernel_fd(m, rec(S_IFCHR | 0666, makedev(1, 3), 5, 3)).rdev.has_value());
+  // The kernel's dev_t is major << 20 | minor.
+  EXPECT_EQ(user_dev_from_kernel((195U << 20) | 255U), makedev(195, 255));
+  EXPECT_EQ(user_dev_from_kernel((510U << 20) | 0x12345U), makedev(510, 0x12345));
+}
+
+TEST(KernelFds, NeverMatchesTheTerminalsAndNullsEveryProcessHas) {
+  DeviceMatcher m;
+  m.majors = {1, 4, 5, 136};
+  for (dev_t d : {makedev(1, 3), makedev(1, 8), makedev(1, 9), makedev(5, 0), makedev(5, 1), makedev(5, 2),
+                  makedev(4, 1), makedev(136, 0)}) {
+    EXPECT_FALSE(match_kernel_fd(m, KernelFdRecord{S_IFCHR | 0620, d, 5, 1}).rdev.has_value())
+        << ::major(d) << ":" << ::minor(d);
+  }
+  EXPECT_TRUE(match_kernel_fd(m, KernelFdRecord{S_IFCHR | 0666, makedev(1, 7), 5, 1}).rdev.has_value());
+}
+
+TEST(KernelFds, ADeviceKnownOnlyByPathSendsTheScanToProcfs) {
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia-uvm", "/dev/nvidia-uvm", std::nullopt, std::nullopt});
+  EXPECT_NE(kernel_match_gap(m).find("nvidia-uvm"), std::string::npos);
+  auto root = slash();
+  auto k = read_kernel_fds(root, m);
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.error().message.find("known only by its path"), std::string::npos);
+  ScanOptions opts;
+  opts.devices = &m;
+  auto t = scan_processes(root, opts);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->stats.fds_from, "procfs");
+  EXPECT_NE(t->stats.fds_note.find("known only by its path"), std::string::npos);
+  opts.fd_source = FdSource::kernel;
+  EXPECT_FALSE(scan_processes(root, opts).ok());
+}
+
+TEST(KernelFds, DeclinesFromInsideAPidNamespace) {
+  // The iterator walks its reader's PID namespace; from a child namespace it
+  // would see only that one, so it must refuse (EXDEV) and let procfs answer.
+  pid_t outer = ::fork();
+  ASSERT_GE(outer, 0);
+  if (outer == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::unshare(CLONE_NEWPID) != 0) ::_exit(10);
+    pid_t inner = ::fork();
+    if (inner < 0) ::_exit(11);
+    if (inner == 0) {
+      auto r = sys::HostRoot::open("/");
+      if (!r) ::_exit(12);
+      auto k = read_kernel_fds(*r, DeviceMatcher{});
+      ::_exit(!k.ok() && k.error().code == EXDEV ? 0 : 13);
+    }
+    int st = 0;
+    while (::waitpid(inner, &st, 0) < 0 && errno == EINTR) {
+    }
+    ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 14);
+  }
+  Child guard(outer);  // killed and reaped even if the wait below fails
+  int status = 0;
+  ASSERT_EQ(::waitpid(outer, &status, 0), outer);
+  (void)guard.release();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+
 class ScanFixtureTree : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -338,8 +500,8 @@ class ScanFixtureTree : public ::testing::Test {
 
 TEST_F(ScanFixtureTree, CountsAndFields) {
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", "/dev/nvidia0", makedev(195, 0)});
-  m.nodes.push_back(DeviceNode{"nvidiactl", "/dev/nvidiactl", makedev(195, 255)});
+  m.nodes.push_back(DeviceNode{"nvidia0", "/dev/nvidia0", makedev(195, 0), std::nullopt});
+  m.nodes.push_back(DeviceNode{"nvidiactl", "/dev/nvidiactl", makedev(195, 255), std::nullopt});
   m.majors.push_back(195);
   for (unsigned threads : {1u, 3u}) {
     ScanOptions opts;
@@ -348,7 +510,12 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
     opts.threads = threads;
     auto t = scan_processes(*root_, opts);
     ASSERT_TRUE(t.ok()) << t.error().message;
-    EXPECT_EQ(t->stats, (ScanStats{.listed = 8, .scanned = 4, .vanished = 1, .denied = 0, .malformed = 3}))
+    // A fixture tree is no live kernel: the descriptor iterator declines and says why.
+    auto stats = t->stats;
+    EXPECT_NE(stats.fds_note.find("proc/self"), std::string::npos) << stats.fds_note;
+    stats.fds_note.clear();
+    EXPECT_EQ(stats, (ScanStats{.listed = 8, .scanned = 4, .vanished = 1, .denied = 0, .malformed = 3,
+                                .fds_from = "procfs", .fds_note = ""}))
         << "threads=" << threads;
     ASSERT_EQ(t->processes.size(), 4u);
     EXPECT_EQ(t->processes[0].pid, 4599);
@@ -392,6 +559,14 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
 
     EXPECT_TRUE(t->processes[3].zombie());
   }
+}
+
+TEST_F(ScanFixtureTree, AskingForTheKernelIteratorOnAFixtureTreeFails) {
+  ScanOptions opts;
+  opts.fd_source = FdSource::kernel;
+  auto t = scan_processes(*root_, opts);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message.find("proc/self"), std::string::npos) << t.error().message;
 }
 
 TEST_F(ScanFixtureTree, ReadProcessErrors) {

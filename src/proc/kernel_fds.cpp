@@ -1,0 +1,500 @@
+#include "proc/kernel_fds.hpp"
+
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+#include "proc/btf.hpp"
+#include "sys/unique_fd.hpp"
+
+namespace gpureap::proc {
+namespace {
+
+constexpr const char* kVmlinuxBtf = "/sys/kernel/btf/vmlinux";
+constexpr ino_t kInitPidNamespaceInode = 0xEFFFFFFCU;  // include/linux/proc_ns.h
+
+// What the program writes per descriptor; the stack layout below is this
+// struct's, field by field. A record with pid 0 is the end marker, carrying
+// the reader's own tgid as the kernel's initial PID namespace numbers it.
+struct Record {
+  std::uint32_t tgid;
+  std::uint32_t pid;
+  std::uint64_t start_ns;  // task->start_boottime
+  std::uint32_t fd;
+  std::uint32_t mode;  // inode->i_mode
+  std::uint32_t rdev;  // inode->i_rdev, kernel encoding
+  std::uint32_t dev;   // inode->i_sb->s_dev, kernel encoding
+  std::uint64_t ino;   // inode->i_ino
+};
+static_assert(sizeof(Record) == 40);
+constexpr short kRec = -static_cast<short>(sizeof(Record));  // record's stack offset from r10
+
+short field(std::size_t offset_in_record) {
+  return static_cast<short>(kRec + static_cast<short>(offset_in_record));
+}
+
+// A tiny assembler: instructions plus forward jumps patched by label.
+class Program {
+ public:
+  void ldx(int size, int dst, int src, long off) {
+    emit(BPF_LDX | BPF_MEM | size, dst, src, off16(off), 0);
+  }
+  void stx(int size, int dst, int src, short off) {
+    emit(BPF_STX | BPF_MEM | size, dst, src, off, 0);
+  }
+  void st(int size, int dst, short off, int imm) {
+    emit(BPF_ST | BPF_MEM | size, dst, 0, off, imm);
+  }
+  void mov(int dst, int src) { emit(BPF_ALU64 | BPF_MOV | BPF_X, dst, src, 0, 0); }
+  void mov_imm(int dst, int imm) { emit(BPF_ALU64 | BPF_MOV | BPF_K, dst, 0, 0, imm); }
+  void add_imm(int dst, int imm) { emit(BPF_ALU64 | BPF_ADD | BPF_K, dst, 0, 0, imm); }
+  void rsh_imm(int dst, int imm) { emit(BPF_ALU64 | BPF_RSH | BPF_K, dst, 0, 0, imm); }
+  void call(int helper) { emit(BPF_JMP | BPF_CALL, 0, 0, 0, helper); }
+  void exit() { emit(BPF_JMP | BPF_EXIT, 0, 0, 0, 0); }
+  // Conditional (op = BPF_JEQ/BPF_JNE against imm) or, with op 0, unconditional jump to a label.
+  void jump(int op, int dst, int imm, int label) {
+    fixups_.emplace_back(insns_.size(), label);
+    emit(op == 0 ? (BPF_JMP | BPF_JA) : (BPF_JMP | op | BPF_K), dst, 0, 0, imm);
+  }
+  void bind(int label) {
+    if (labels_.size() <= static_cast<std::size_t>(label))
+      labels_.resize(static_cast<std::size_t>(label) + 1, 0);
+    labels_[static_cast<std::size_t>(label)] = insns_.size();
+  }
+  std::vector<bpf_insn> finish() {
+    for (auto [at, label] : fixups_) {
+      insns_[at].off = static_cast<short>(
+          static_cast<long>(labels_[static_cast<std::size_t>(label)]) - static_cast<long>(at) - 1);
+    }
+    return insns_;
+  }
+  [[nodiscard]] bool fits() const { return fits_; }
+
+ private:
+  short off16(long off) {
+    if (off < -32768 || off > 32767) fits_ = false;
+    return static_cast<short>(off);
+  }
+  void emit(int code, int dst, int src, short off, int imm) {
+    bpf_insn i{};
+    i.code = static_cast<std::uint8_t>(code);
+    i.dst_reg = static_cast<std::uint8_t>(dst & 0xf);
+    i.src_reg = static_cast<std::uint8_t>(src & 0xf);
+    i.off = off;
+    i.imm = imm;
+    insns_.push_back(i);
+  }
+  std::vector<bpf_insn> insns_;
+  std::vector<std::pair<std::size_t, int>> fixups_;
+  std::vector<std::size_t> labels_;
+  bool fits_ = true;
+};
+
+struct Offsets {
+  std::uint32_t task_tgid, task_pid, task_start, file_inode, inode_mode, inode_rdev, inode_ino,
+      inode_sb, sb_dev;
+  std::uint32_t iter_func_id;
+};
+
+sys::Result<Offsets> kernel_offsets() {
+  BtfQuery q;
+  q.members = {{"task_struct", "tgid"}, {"task_struct", "pid"}, {"task_struct", "start_boottime"},
+               {"file", "f_inode"},     {"inode", "i_mode"},    {"inode", "i_rdev"},
+               {"inode", "i_ino"},      {"inode", "i_sb"},      {"super_block", "s_dev"}};
+  q.funcs = {"bpf_iter_task_file"};
+  int fd = ::open(kVmlinuxBtf, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return sys::errno_error(errno, std::string("open ") + kVmlinuxBtf);
+  sys::UniqueFd owned(fd);
+  auto answer = query_btf(
+      [fd](std::uint64_t off, char* buf, std::size_t len) -> ssize_t {
+        for (;;) {
+          ssize_t n = ::pread(fd, buf, len, static_cast<off_t>(off));
+          if (n >= 0 || errno != EINTR) return n;
+        }
+      },
+      q, kVmlinuxBtf);
+  if (!answer) return answer.error();
+  if (!answer->complete(q)) {
+    std::string missing;
+    for (const auto& [s, m] : q.members) {
+      std::string key = s;
+      key.append(".").append(m);
+      if (answer->member_offsets.count(key) == 0) missing.append(" ").append(key);
+    }
+    for (const auto& f : q.funcs) {
+      if (!answer->func_ids.count(f)) missing += " " + f;
+    }
+    return sys::Error{ENOENT, std::string(kVmlinuxBtf) + " lacks" + missing};
+  }
+  const auto& m = answer->member_offsets;
+  return Offsets{m.at("task_struct.tgid"),
+                 m.at("task_struct.pid"),
+                 m.at("task_struct.start_boottime"),
+                 m.at("file.f_inode"),
+                 m.at("inode.i_mode"),
+                 m.at("inode.i_rdev"),
+                 m.at("inode.i_ino"),
+                 m.at("inode.i_sb"),
+                 m.at("super_block.s_dev"),
+                 answer->func_ids.at("bpf_iter_task_file")};
+}
+
+// bpf_iter__task_file is {meta, task, fd, file}, one u64 slot each: the
+// iterator's context is its function's argument list, a stable ABI.
+constexpr long kCtxMeta = 0, kCtxTask = 8, kCtxFd = 16, kCtxFile = 24;
+constexpr long kMetaSeq = 0;  // bpf_iter_meta.seq
+
+std::vector<bpf_insn> assemble(const Offsets& o, bool& fits) {
+  enum { kFile, kNoInode, kWrite, kExit };
+  Program p;
+  p.mov(6, 1);                    // r6 = ctx
+  p.ldx(BPF_DW, 8, 6, kCtxFile);  // r8 = ctx->file
+  p.jump(BPF_JNE, 8, 0, kFile);
+  // No file: the end of the iteration. Write the marker with our own tgid.
+  p.call(BPF_FUNC_get_current_pid_tgid);
+  p.rsh_imm(0, 32);
+  p.stx(BPF_W, 10, 0, field(offsetof(Record, tgid)));
+  p.st(BPF_W, 10, field(offsetof(Record, pid)), 0);
+  p.st(BPF_DW, 10, field(offsetof(Record, start_ns)), 0);
+  p.st(BPF_W, 10, field(offsetof(Record, fd)), -1);
+  p.st(BPF_W, 10, field(offsetof(Record, mode)), 0);
+  p.st(BPF_W, 10, field(offsetof(Record, rdev)), 0);
+  p.st(BPF_W, 10, field(offsetof(Record, dev)), 0);
+  p.st(BPF_DW, 10, field(offsetof(Record, ino)), 0);
+  p.jump(0, 0, 0, kWrite);
+
+  p.bind(kFile);
+  p.ldx(BPF_DW, 7, 6, kCtxTask);  // r7 = ctx->task
+  p.jump(BPF_JEQ, 7, 0, kExit);
+  p.ldx(BPF_W, 2, 7, o.task_tgid);
+  p.stx(BPF_W, 10, 2, field(offsetof(Record, tgid)));
+  p.ldx(BPF_W, 2, 7, o.task_pid);
+  p.stx(BPF_W, 10, 2, field(offsetof(Record, pid)));
+  p.ldx(BPF_DW, 2, 7, o.task_start);
+  p.stx(BPF_DW, 10, 2, field(offsetof(Record, start_ns)));
+  p.ldx(BPF_W, 2, 6, kCtxFd);
+  p.stx(BPF_W, 10, 2, field(offsetof(Record, fd)));
+  p.st(BPF_W, 10, field(offsetof(Record, mode)), 0);
+  p.st(BPF_W, 10, field(offsetof(Record, rdev)), 0);
+  p.st(BPF_W, 10, field(offsetof(Record, dev)), 0);
+  p.st(BPF_DW, 10, field(offsetof(Record, ino)), 0);
+  p.ldx(BPF_DW, 3, 8, o.file_inode);  // r3 = file->f_inode
+  p.jump(BPF_JEQ, 3, 0, kWrite);
+  p.ldx(BPF_H, 2, 3, o.inode_mode);
+  p.stx(BPF_W, 10, 2, field(offsetof(Record, mode)));
+  p.ldx(BPF_W, 2, 3, o.inode_rdev);
+  p.stx(BPF_W, 10, 2, field(offsetof(Record, rdev)));
+  p.ldx(BPF_DW, 2, 3, o.inode_ino);
+  p.stx(BPF_DW, 10, 2, field(offsetof(Record, ino)));
+  p.ldx(BPF_DW, 4, 3, o.inode_sb);  // r4 = inode->i_sb
+  p.jump(BPF_JEQ, 4, 0, kWrite);
+  p.ldx(BPF_W, 2, 4, o.sb_dev);
+  p.stx(BPF_W, 10, 2, field(offsetof(Record, dev)));
+
+  p.bind(kWrite);  // bpf_seq_write(ctx->meta->seq, &rec, sizeof rec)
+  p.ldx(BPF_DW, 1, 6, kCtxMeta);
+  p.ldx(BPF_DW, 1, 1, kMetaSeq);
+  p.mov(2, 10);
+  p.add_imm(2, kRec);
+  p.mov_imm(3, static_cast<int>(sizeof(Record)));
+  p.call(BPF_FUNC_seq_write);
+  p.bind(kExit);
+  p.mov_imm(0, 0);
+  p.exit();
+  fits = p.fits();
+  return p.finish();
+}
+
+long bpf(int cmd, bpf_attr& attr) {
+  return ::syscall(SYS_bpf, cmd, &attr, sizeof attr);
+}
+
+template <class T>
+std::uint64_t ptr(const T* p) {
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+}
+
+sys::Result<sys::UniqueFd> load(const std::vector<bpf_insn>& insns, std::uint32_t func_id) {
+  // bpf_seq_write is GPL-only: the program (assembled here, run in the
+  // kernel) declares a GPL-compatible licence as every iterator must.
+  static constexpr char kLicense[] = "GPL";
+  auto attempt = [&](char* log, std::uint32_t log_size) {
+    bpf_attr attr{};
+    attr.prog_type = BPF_PROG_TYPE_TRACING;
+    attr.expected_attach_type = BPF_TRACE_ITER;
+    attr.insn_cnt = static_cast<std::uint32_t>(insns.size());
+    attr.insns = ptr(insns.data());
+    attr.license = ptr(kLicense);
+    attr.attach_btf_id = func_id;
+    if (log != nullptr) {
+      attr.log_level = 1;
+      attr.log_buf = ptr(log);
+      attr.log_size = log_size;
+    }
+    return bpf(BPF_PROG_LOAD, attr);
+  };
+  long fd = attempt(nullptr, 0);
+  if (fd >= 0) return sys::UniqueFd(static_cast<int>(fd));
+  const int err = errno;
+  if (err == EPERM || err == EACCES || err == ENOSYS)
+    return sys::errno_error(err, "load the BPF descriptor iterator");
+  // Only on failure: load again with the verifier's log, for the message.
+  std::vector<char> log(16384);
+  (void)attempt(log.data(), static_cast<std::uint32_t>(log.size()));
+  std::string_view text(log.data(), ::strnlen(log.data(), log.size()));
+  if (text.size() > 400) text = text.substr(text.size() - 400);
+  return sys::errno_error(err, "load the BPF descriptor iterator: " + std::string(text));
+}
+
+std::uint64_t boottime_ticks(std::uint64_t ns_per_tick) {
+  timespec ts{};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  return (static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL +
+          static_cast<std::uint64_t>(ts.tv_nsec)) /
+         ns_per_tick;
+}
+
+// Per-process accumulation, flushed when the records move to another task.
+class Aggregator {
+ public:
+  Aggregator(const DeviceMatcher& devices, std::uint64_t ns_per_tick)
+      : devices_(devices), ns_per_tick_(ns_per_tick), node_counts_(devices.nodes.size(), 0) {}
+
+  void add(const Record& r) {
+    const auto tgid = static_cast<pid_t>(r.tgid);
+    if (!open_ || current_.tgid != tgid) {
+      flush();
+      current_ = KernelFdSummary{};
+      current_.tgid = tgid;
+      open_ = true;
+    }
+    if (r.pid == r.tgid) current_.start_ticks = r.start_ns / ns_per_tick_;
+    ++current_.fd_count;
+    KernelFdRecord k{r.mode, user_dev_from_kernel(r.rdev), user_dev_from_kernel(r.dev), r.ino};
+    auto m = match_kernel_fd(devices_, k);
+    if (m.node >= 0) {
+      ++node_counts_[static_cast<std::size_t>(m.node)];
+    } else if (m.rdev) {
+      auto it = std::find_if(by_major_.begin(), by_major_.end(),
+                             [&](const auto& e) { return e.first == *m.rdev; });
+      if (it == by_major_.end()) {
+        by_major_.emplace_back(*m.rdev, 1);
+      } else {
+        ++it->second;
+      }
+    }
+  }
+
+  std::vector<KernelFdSummary> finish() {
+    flush();
+    // Threads with their own descriptor table come in tid order, apart from
+    // their leader: merge them into one entry per process.
+    std::stable_sort(out_.begin(), out_.end(),
+                     [](const auto& a, const auto& b) { return a.tgid < b.tgid; });
+    std::vector<KernelFdSummary> merged;
+    merged.reserve(out_.size());
+    for (auto& s : out_) {
+      if (merged.empty() || merged.back().tgid != s.tgid) {
+        merged.push_back(std::move(s));
+        continue;
+      }
+      auto& into = merged.back();
+      into.fd_count += s.fd_count;
+      if (into.start_ticks == 0) into.start_ticks = s.start_ticks;
+      for (auto& use : s.gpu_fds) {
+        auto it = std::find_if(into.gpu_fds.begin(), into.gpu_fds.end(),
+                               [&](const auto& u) { return u.device == use.device; });
+        if (it == into.gpu_fds.end()) {
+          into.gpu_fds.push_back(std::move(use));
+        } else {
+          it->count += use.count;
+        }
+      }
+    }
+    return merged;
+  }
+
+ private:
+  void flush() {
+    if (!open_) return;
+    for (std::size_t i = 0; i < node_counts_.size(); ++i) {
+      if (node_counts_[i] > 0)
+        current_.gpu_fds.push_back(DeviceUse{devices_.nodes[i].name, node_counts_[i]});
+      node_counts_[i] = 0;
+    }
+    std::sort(by_major_.begin(), by_major_.end());
+    for (const auto& [rdev, c] : by_major_) {
+      current_.gpu_fds.push_back(DeviceUse{
+          "nvidia-" + std::to_string(::major(rdev)) + ":" + std::to_string(::minor(rdev)), c});
+    }
+    by_major_.clear();
+    out_.push_back(std::move(current_));
+    open_ = false;
+  }
+
+  const DeviceMatcher& devices_;
+  std::uint64_t ns_per_tick_;
+  std::vector<unsigned> node_counts_;
+  std::vector<std::pair<dev_t, unsigned>> by_major_;
+  KernelFdSummary current_;
+  bool open_ = false;
+  std::vector<KernelFdSummary> out_;
+};
+
+// The char devices every process has and no GPU ever is, by number: what the
+// /proc walk skips by path (/dev/null, random, urandom, tty*, console, ptmx, pts).
+bool never_a_gpu(dev_t rdev) {
+  const unsigned maj = ::major(rdev);
+  const unsigned min = ::minor(rdev);
+  if (maj == 1) return min == 3 || min == 8 || min == 9;
+  if (maj == 5) return min <= 2;
+  return maj == 4 || (maj >= 136 && maj <= 143);
+}
+
+// The pid the host root's /proc gives us: equal to the kernel's global tgid
+// only when that procfs belongs to the initial PID namespace.
+std::optional<pid_t> procfs_self(const sys::HostRoot& root) {
+  char buf[32];
+  ssize_t n = ::readlinkat(root.dir_fd(), "proc/self", buf, sizeof buf);
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof buf) return std::nullopt;
+  pid_t v = 0;
+  auto [end, ec] = std::from_chars(buf, buf + n, v);
+  if (ec != std::errc{} || end != buf + n) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+const KernelFdSummary* KernelFdTable::find(pid_t tgid) const {
+  auto it = std::lower_bound(processes.begin(), processes.end(), tgid,
+                             [](const KernelFdSummary& s, pid_t v) { return s.tgid < v; });
+  return it != processes.end() && it->tgid == tgid ? &*it : nullptr;
+}
+
+dev_t user_dev_from_kernel(std::uint32_t kernel_dev) {
+  return ::makedev(kernel_dev >> 20, kernel_dev & 0xfffffU);
+}
+
+KernelFdMatch match_kernel_fd(const DeviceMatcher& devices, const KernelFdRecord& record) {
+  KernelFdMatch m;
+  if (S_ISCHR(record.mode)) {
+    if (never_a_gpu(record.rdev)) return m;
+    for (std::size_t i = 0; i < devices.nodes.size(); ++i) {
+      if (devices.nodes[i].rdev && *devices.nodes[i].rdev == record.rdev) {
+        m.node = static_cast<int>(i);
+        return m;
+      }
+    }
+    if (std::find(devices.majors.begin(), devices.majors.end(), ::major(record.rdev)) !=
+        devices.majors.end()) {
+      m.rdev = record.rdev;
+    }
+  } else if (S_ISREG(record.mode)) {
+    for (std::size_t i = 0; i < devices.nodes.size(); ++i) {
+      const auto& f = devices.nodes[i].file;
+      if (f && f->dev == record.dev && f->ino == record.ino) {
+        m.node = static_cast<int>(i);
+        return m;
+      }
+    }
+  }
+  return m;
+}
+
+std::string kernel_match_gap(const DeviceMatcher& devices) {
+  for (const auto& n : devices.nodes) {
+    if (!n.rdev && !n.file)
+      return "device " + n.name + " (" + n.path + ") is known only by its path";
+  }
+  return {};
+}
+
+sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
+                                           const DeviceMatcher& devices) {
+  if (auto gap = kernel_match_gap(devices); !gap.empty()) return sys::Error{EINVAL, gap};
+  // The iterator walks the reader's own PID namespace: only from the initial
+  // one does it see the node (a container's prestop or observe never does).
+  // Its inode number is fixed (PROC_PID_INIT_INO), so this costs no BTF read.
+  struct stat ns {};
+  if (::stat("/proc/self/ns/pid", &ns) != 0)
+    return sys::errno_error(errno, "stat /proc/self/ns/pid");
+  if (ns.st_ino != kInitPidNamespaceInode) {
+    return sys::Error{
+        EXDEV, "not in the initial PID namespace: the kernel iterator would see only this one"};
+  }
+  const auto self = procfs_self(root);
+  if (!self) return sys::Error{ENOENT, "cannot read " + root.join("proc/self")};
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  if (hz <= 0 || 1000000000L % hz != 0)
+    return sys::Error{EINVAL, "clock ticks per second: " + std::to_string(hz)};
+  const auto ns_per_tick = static_cast<std::uint64_t>(1000000000L / hz);
+
+  auto offsets = kernel_offsets();
+  if (!offsets) return offsets.error();
+  bool fits = true;
+  const auto insns = assemble(*offsets, fits);
+  if (!fits)
+    return sys::Error{ERANGE,
+                      std::string("a member offset in ") + kVmlinuxBtf + " exceeds 16 bits"};
+  auto prog = load(insns, offsets->iter_func_id);
+  if (!prog) return prog.error();
+
+  bpf_attr link_attr{};
+  link_attr.link_create.prog_fd = static_cast<std::uint32_t>(prog->get());
+  link_attr.link_create.attach_type = BPF_TRACE_ITER;
+  long link = bpf(BPF_LINK_CREATE, link_attr);
+  if (link < 0) return sys::errno_error(errno, "attach the BPF descriptor iterator");
+  sys::UniqueFd link_fd(static_cast<int>(link));
+  bpf_attr iter_attr{};
+  iter_attr.iter_create.link_fd = static_cast<std::uint32_t>(link_fd.get());
+  long iter = bpf(BPF_ITER_CREATE, iter_attr);
+  if (iter < 0) return sys::errno_error(errno, "start the BPF descriptor iterator");
+  sys::UniqueFd iter_fd(static_cast<int>(iter));
+
+  KernelFdTable table;
+  table.started_ticks = boottime_ticks(ns_per_tick);
+  Aggregator agg(devices, ns_per_tick);
+  std::optional<pid_t> reader;
+  std::vector<char> buf(65536);
+  std::size_t carry = 0;  // bytes of a record cut by the previous read
+  for (;;) {
+    ssize_t n = ::read(iter_fd.get(), buf.data() + carry, buf.size() - carry);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys::errno_error(errno, "read the BPF descriptor iterator");
+    if (n == 0) break;
+    const std::size_t have = carry + static_cast<std::size_t>(n);
+    std::size_t at = 0;
+    for (; at + sizeof(Record) <= have; at += sizeof(Record)) {
+      Record r{};
+      std::memcpy(&r, buf.data() + at, sizeof r);
+      if (r.pid == 0) {
+        reader = static_cast<pid_t>(r.tgid);
+      } else {
+        agg.add(r);
+      }
+    }
+    carry = have - at;
+    std::memmove(buf.data(), buf.data() + at, carry);
+  }
+  if (carry != 0) return sys::Error{EBADMSG, "BPF descriptor iterator: a cut record at the end"};
+  if (!reader) return sys::Error{EBADMSG, "BPF descriptor iterator: no end marker"};
+  if (*reader != *self) {
+    return sys::Error{EXDEV, root.join("proc") + " is not the initial PID namespace's (self is " +
+                                 std::to_string(*self) + ", the kernel's " +
+                                 std::to_string(*reader) + ")"};
+  }
+  table.processes = agg.finish();
+  return table;
+}
+
+}  // namespace gpureap::proc

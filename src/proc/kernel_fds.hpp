@@ -1,0 +1,69 @@
+// Every open descriptor on the node in one pass, from a BPF task_file
+// iterator, instead of one readlinkat per descriptor under /proc/<pid>/fd.
+// The iterator is assembled here for the running kernel (member offsets from
+// its BTF, no compiler, no libbpf) and emits one fixed record per descriptor;
+// this file counts them per process and matches them against the devices.
+//
+// It answers only for the live kernel seen from its initial PID namespace:
+// any doubt (no BTF, no privilege, a host root whose /proc belongs to another
+// PID namespace, a device known only by path) is an Error, and the caller
+// falls back to the /proc walk.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proc/device_matcher.hpp"
+#include "proc/process.hpp"
+#include "sys/error.hpp"
+#include "sys/host_root.hpp"
+
+namespace gpureap::proc {
+
+struct KernelFdSummary {
+  pid_t tgid = 0;
+  // Start time of the thread-group leader in clock ticks since boot (the
+  // stat field 22 unit), or 0 when only threads with their own table had files.
+  std::uint64_t start_ticks = 0;
+  unsigned fd_count = 0;
+  std::vector<DeviceUse> gpu_fds;  // same naming as the /proc walk
+};
+
+struct KernelFdTable {
+  std::vector<KernelFdSummary> processes;  // sorted by tgid
+  // Boot-time clock ticks just before the iteration: a process that started
+  // at or after this may have fds the iterator never saw.
+  std::uint64_t started_ticks = 0;
+
+  [[nodiscard]] const KernelFdSummary* find(pid_t tgid) const;
+};
+
+// A kernel dev_t (major << 20 | minor, what BPF reads from an inode) as the
+// dev_t stat(2) returns.
+dev_t user_dev_from_kernel(std::uint32_t kernel_dev);
+
+// One kernel record, the matcher applied: which node (index), or a dev_t known
+// only by its major (returned in by_major), or nothing.
+struct KernelFdRecord {
+  std::uint32_t mode = 0;  // inode i_mode
+  dev_t rdev = 0;          // user encoding
+  dev_t dev = 0;           // the inode's filesystem, user encoding
+  std::uint64_t ino = 0;
+};
+struct KernelFdMatch {
+  int node = -1;              // index in DeviceMatcher::nodes
+  std::optional<dev_t> rdev;  // set when only a major in DeviceMatcher::majors matched
+};
+KernelFdMatch match_kernel_fd(const DeviceMatcher& devices, const KernelFdRecord& record);
+
+// Whether the matcher can be answered by inode identity alone: every node has
+// an rdev or a file identity. Empty string when it can, else why not.
+std::string kernel_match_gap(const DeviceMatcher& devices);
+
+sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices);
+
+}  // namespace gpureap::proc
