@@ -36,7 +36,7 @@ int run_trace(const TraceOptions& opt) {
       return kExitCouldNotCheck;
     }
   } else {
-    if (!report::write_text(stdout, report::render_trace_table(*snap, found))) {
+    if (!report::write_trace_table(stdout, *snap, found)) {
       log_error("cannot write to stdout");
       return kExitCouldNotCheck;
     }

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,7 +79,9 @@ struct Finding {
   std::string advice;                  // what to do
   std::vector<Holder> holders;         // orphaned_context only
   std::vector<pid_t> pids;             // zombie: every zombie of the same parent (pid = the first)
-  std::optional<NcclGroup> group;      // nccl_missing_rank only
+  // nccl_missing_rank only. Behind a pointer: a node can have thousands of
+  // other findings, and an inline group would triple each one's size.
+  std::shared_ptr<const NcclGroup> group;
 };
 
 struct DetectOptions {

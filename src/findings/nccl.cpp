@@ -359,7 +359,7 @@ std::optional<Finding> judge(const NodeSnapshot& snap, Group& g) {
       "default; never 0), and a short timeout passed to "
       "init_process_group(timeout=timedelta(seconds=...)).",
       any_hang ? "These ranks will not exit on their own. " : "", now);
-  f.group = std::move(info);
+  f.group = std::make_shared<const NcclGroup>(std::move(info));
   return f;
 }
 

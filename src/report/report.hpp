@@ -31,6 +31,10 @@ Summary summarize(const node::NodeSnapshot& snap, const std::vector<findings::Fi
 // CONTAINER, COMMAND), then findings with advice, then the summary.
 std::string render_trace_table(const node::NodeSnapshot& snap,
                                const std::vector<findings::Finding>& found);
+// The same table written to `out` as it is built (a node of thousands of GPU
+// processes never holds it whole). False when a write failed.
+[[nodiscard]] bool write_trace_table(std::FILE* out, const node::NodeSnapshot& snap,
+                                     const std::vector<findings::Finding>& found);
 
 // {"schema": 1, "taken_at", "host_root", "gpu", "processes", "findings", "summary", "scan"}
 nlohmann::json trace_json(const node::NodeSnapshot& snap,

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <functional>
+#include <string_view>
 
 #include "report/report.hpp"
 
@@ -77,29 +80,39 @@ Row row_for(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
 
 }  // namespace
 
-std::string render_trace_table(const node::NodeSnapshot& snap,
-                               const std::vector<findings::Finding>& found) {
-  std::vector<Row> rows;
+namespace {
+
+Row dead_row(const node::DriverListing& l) {
+  Row row;
+  row.pid = std::to_string(l.entry.pid);
+  row.local = "-";
+  row.state = "DEAD";
+  row.mem = l.entry.used_memory ? format_bytes(*l.entry.used_memory) : "n/a";
+  row.listed = "Y";
+  row.qos = "-";
+  row.pod = "(no such process: orphaned context)";
+  row.ns = "-";
+  row.container = "-";
+  row.command = "-";
+  return row;
+}
+
+// Calls fn(row) for every row of the table, in order, building one at a time.
+template <class Fn>
+void for_each_row(const node::NodeSnapshot& snap, Fn&& fn) {
   for (const auto& r : snap.records) {
     if (r.process.pid == snap.self_pid || !gpu_related(r)) continue;
-    rows.push_back(row_for(snap, r));
+    fn(row_for(snap, r));
   }
   for (const auto& l : snap.listings) {
-    if (l.match != node::PidMatch::dead) continue;
-    Row row;
-    row.pid = std::to_string(l.entry.pid);
-    row.local = "-";
-    row.state = "DEAD";
-    row.mem = l.entry.used_memory ? format_bytes(*l.entry.used_memory) : "n/a";
-    row.listed = "Y";
-    row.qos = "-";
-    row.pod = "(no such process: orphaned context)";
-    row.ns = "-";
-    row.container = "-";
-    row.command = "-";
-    rows.push_back(std::move(row));
+    if (l.match == node::PidMatch::dead) fn(dead_row(l));
   }
+}
 
+// The table, streamed: column widths come from a first pass that builds and
+// drops each row, so a node of thousands of GPU processes never holds them all.
+void emit_trace_table(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found,
+                      const std::function<void(std::string_view)>& put) {
   const Row header{"PID", "LOCAL_PID", "STATE", "GPU_MEM", "LISTED", "QOS", "POD",
                    "NAMESPACE", "CONTAINER", "COMMAND"};
   auto fields = [](const Row& r) {
@@ -107,29 +120,32 @@ std::string render_trace_table(const node::NodeSnapshot& snap,
                                               &r.qos, &r.pod, &r.ns, &r.container, &r.command};
   };
   std::array<std::size_t, 10> width{};
-  for (const Row* r : {&header}) {
-    auto f = fields(*r);
-    for (std::size_t i = 0; i < f.size(); ++i) width[i] = std::max(width[i], f[i]->size());
-  }
-  for (const auto& r : rows) {
+  std::size_t rows = 0;
+  auto measure = [&](const Row& r) {
     auto f = fields(r);
     for (std::size_t i = 0; i < f.size(); ++i) width[i] = std::max(width[i], f[i]->size());
-  }
-  std::string out;
+  };
+  measure(header);
+  for_each_row(snap, [&](const Row& r) {
+    measure(r);
+    ++rows;
+  });
+  std::string line;
   auto emit = [&](const Row& r) {
     auto f = fields(r);
-    std::string line;
+    line.clear();
     for (std::size_t i = 0; i < f.size(); ++i) {
       line += fmt::format("{:<{}}", *f[i], i + 1 < f.size() ? width[i] + 2 : 0);
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
+    line += '\n';
+    put(line);
   };
   emit(header);
-  for (const auto& r : rows) emit(r);
-  if (rows.empty()) out += "(no process holds or is listed on a GPU)\n";
+  for_each_row(snap, emit);
+  if (rows == 0) put("(no process holds or is listed on a GPU)\n");
 
-  out += "\nGPUs";
+  std::string out = "\nGPUs";
   out += snap.gpu.driver_version.empty() ? ":\n" : fmt::format(" (driver {}):\n", snap.gpu.driver_version);
   if (snap.gpu.devices.empty()) {
     out += fmt::format("  none ({})\n", snap.gpu_unavailable_reason.empty()
@@ -146,24 +162,42 @@ std::string render_trace_table(const node::NodeSnapshot& snap,
     out += fmt::format("  {} {} {}: {}, {} listed\n", d.index, d.name, d.uuid, mem,
                        d.processes.size());
   }
+  put(out);
 
   if (!found.empty()) {
-    out += "\nFindings:\n";
+    put("\nFindings:\n");
     for (const auto& f : found) {
-      out += fmt::format("  [{}] {}: {}\n", findings::to_string(f.severity),
-                         findings::to_string(f.kind), f.message);
-      out += fmt::format("      advice: {}\n", f.advice);
+      put(fmt::format("  [{}] {}: {}\n      advice: {}\n", findings::to_string(f.severity),
+                      findings::to_string(f.kind), f.message, f.advice));
     }
   }
 
   const Summary s = summarize(snap, found);
-  out += fmt::format(
+  out = fmt::format(
       "\nSummary: {} GPU processes ({} listed, {} hidden), {} listed PIDs dead (orphaned "
       "contexts), {} zombies, {} orphans, {} findings",
       s.gpu_processes, s.listed, s.hidden, s.dead_listed, s.zombies, s.orphans, s.findings);
   if (s.scan_skipped > 0) out += fmt::format("; {} /proc entries skipped", s.scan_skipped);
   out += "\n";
+  put(out);
+}
+
+}  // namespace
+
+std::string render_trace_table(const node::NodeSnapshot& snap,
+                               const std::vector<findings::Finding>& found) {
+  std::string out;
+  emit_trace_table(snap, found, [&out](std::string_view piece) { out += piece; });
   return out;
+}
+
+bool write_trace_table(std::FILE* out, const node::NodeSnapshot& snap,
+                       const std::vector<findings::Finding>& found) {
+  bool ok = true;
+  emit_trace_table(snap, found, [&](std::string_view piece) {
+    ok = ok && std::fwrite(piece.data(), 1, piece.size(), out) == piece.size();
+  });
+  return std::fflush(out) == 0 && ok && std::ferror(out) == 0;
 }
 
 }  // namespace gpureap::report

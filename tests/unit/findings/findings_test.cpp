@@ -294,6 +294,20 @@ TEST(Report, JsonCarriesSchemaProcessesFindingsAndSummary) {
                            "NAMESPACE", "CONTAINER", "pod-a", "2.0 GiB", "DEAD", "advice:"}) {
     EXPECT_NE(table.find(want), std::string::npos) << want << "\n" << table;
   }
+  // Streamed, the table is the same text; a write that fails is reported.
+  std::FILE* tmp = std::tmpfile();
+  ASSERT_NE(tmp, nullptr);
+  EXPECT_TRUE(gpureap::report::write_trace_table(tmp, snap, found));
+  std::rewind(tmp);
+  std::string streamed;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, tmp)) > 0;) streamed.append(buf, n);
+  std::fclose(tmp);
+  EXPECT_EQ(streamed, table);
+  std::FILE* full = std::fopen("/dev/full", "w");
+  ASSERT_NE(full, nullptr);
+  EXPECT_FALSE(gpureap::report::write_trace_table(full, snap, found));
+  std::fclose(full);
 }
 
 TEST(Report, InvalidUtf8FromProcIsReplacedNotThrown) {

@@ -127,7 +127,7 @@ TEST(NcclMissingRank, DeadLocalRankZeroWithHangingSurvivorsIsCritical) {
   const Finding& f = found[0];
   EXPECT_EQ(f.kind, Kind::nccl_missing_rank);
   EXPECT_EQ(f.severity, Severity::critical);
-  ASSERT_TRUE(f.group.has_value());
+  ASSERT_NE(f.group, nullptr);
   EXPECT_EQ(f.group->run_id, "job-a");
   EXPECT_EQ(f.group->scope, "host");
   EXPECT_EQ(f.group->local_world_size, 3);
