@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,7 +39,9 @@ struct DriverListing {
 
 struct ProcessRecord {
   proc::Process process;
-  std::optional<container::ContainerInfo> container;  // nullopt: host process
+  // null: a host process. Shared by every process of the container (one
+  // resolution each), so a record stays small on nodes of thousands.
+  std::shared_ptr<const container::ContainerInfo> container;
   std::vector<std::size_t> listings;                   // indexes into NodeSnapshot::listings
 
   [[nodiscard]] bool listed() const { return !listings.empty(); }

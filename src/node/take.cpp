@@ -13,13 +13,15 @@ namespace {
 
 void resolve_containers(NodeSnapshot& snap, const container::Resolvers& resolvers) {
   // Many processes share a container: resolve each container id once.
-  std::map<std::string, container::ContainerInfo> cache;
+  std::map<std::string, std::shared_ptr<const container::ContainerInfo>> cache;
   for (auto& rec : snap.records) {
     auto ref = container::container_from_cgroups(rec.process.cgroups);
     if (!ref) continue;
     auto it = cache.find(ref->id);
     if (it == cache.end()) {
-      it = cache.emplace(ref->id, container::resolve_container(*ref, resolvers)).first;
+      it = cache.emplace(ref->id, std::make_shared<const container::ContainerInfo>(
+                                      container::resolve_container(*ref, resolvers)))
+               .first;
     }
     rec.container = it->second;
   }

@@ -47,7 +47,7 @@ class Builder {
   ProcessRecord& add(proc::Process p, std::optional<container::ContainerInfo> c = std::nullopt) {
     ProcessRecord r;
     r.process = std::move(p);
-    r.container = std::move(c);
+    if (c) r.container = std::make_shared<const container::ContainerInfo>(std::move(*c));
     snap_.records.push_back(std::move(r));
     return snap_.records.back();
   }

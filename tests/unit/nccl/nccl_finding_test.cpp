@@ -87,7 +87,7 @@ class Builder {
   void add(proc::Process p, std::optional<container::ContainerInfo> c = std::nullopt) {
     ProcessRecord r;
     r.process = std::move(p);
-    r.container = std::move(c);
+    if (c) r.container = std::make_shared<const container::ContainerInfo>(std::move(*c));
     snap_.records.push_back(std::move(r));
   }
   void list(unsigned device, std::uint32_t pid, std::uint64_t bytes) {

@@ -38,7 +38,7 @@ ProcessRecord rec(pid_t pid, std::string comm, unsigned gpu_fds, std::optional<s
   if (ctr) {
     gpureap::container::ContainerInfo ci;
     ci.ref.id = *ctr;
-    r.container = ci;
+    r.container = std::make_shared<const gpureap::container::ContainerInfo>(ci);
   }
   return r;
 }
