@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #include "proc/btf.hpp"
 #include "sys/unique_fd.hpp"
@@ -379,6 +380,10 @@ const KernelFdSummary* KernelFdTable::find(pid_t tgid) const {
   auto it = std::lower_bound(processes.begin(), processes.end(), tgid,
                              [](const KernelFdSummary& s, pid_t v) { return s.tgid < v; });
   return it != processes.end() && it->tgid == tgid ? &*it : nullptr;
+}
+
+KernelFdSummary* KernelFdTable::find(pid_t tgid) {
+  return const_cast<KernelFdSummary*>(std::as_const(*this).find(tgid));
 }
 
 dev_t user_dev_from_kernel(std::uint32_t kernel_dev) {

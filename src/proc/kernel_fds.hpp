@@ -40,6 +40,7 @@ struct KernelFdTable {
   std::uint64_t started_ticks = 0;
 
   [[nodiscard]] const KernelFdSummary* find(pid_t tgid) const;
+  [[nodiscard]] KernelFdSummary* find(pid_t tgid);
 };
 
 // A kernel dev_t (major << 20 | minor, what BPF reads from an inode) as the

@@ -93,7 +93,7 @@ bool never_a_gpu(std::string_view path) {
 struct Reader {
   const sys::HostRoot& root;
   const ScanOptions& options;
-  const KernelFdTable* kernel = nullptr;  // the iterator's answer, when it ran
+  KernelFdTable* kernel = nullptr;  // the iterator's answer, when it ran; each entry is taken once
   std::vector<char> dents = std::vector<char>(32768);
   std::string text;
   std::vector<unsigned> node_counts;               // per matcher node, for the current process
@@ -208,12 +208,12 @@ struct Reader {
   // without descriptors (3 syscalls to confirm), or one hidden from it.
   void take_fds(int pid_fd, Process& p) {
     if (kernel != nullptr) {
-      const KernelFdSummary* k = kernel->find(p.pid);
+      KernelFdSummary* k = kernel->find(p.pid);
       if (k != nullptr && (k->start_ticks == p.start_time || k->start_ticks == 0) &&
           p.start_time < kernel->started_ticks) {
         p.fd_count = k->fd_count;
         p.fds_readable = true;
-        p.gpu_fds = k->gpu_fds;
+        p.gpu_fds = std::move(k->gpu_fds);
         return;
       }
     }
@@ -290,11 +290,6 @@ struct Reader {
   }
 };
 
-struct WorkerResult {
-  std::vector<Process> processes;
-  ScanStats stats;
-};
-
 void count(ScanStats& stats, Outcome o) {
   switch (o) {
     case Outcome::ok: ++stats.scanned; break;
@@ -304,8 +299,12 @@ void count(ScanStats& stats, Outcome o) {
   }
 }
 
-void scan_some(const sys::HostRoot& root, const ScanOptions& options, const KernelFdTable* kernel,
-               const std::vector<pid_t>& pids, std::atomic<std::size_t>& next, WorkerResult& out) {
+// Workers claim chunks of pids and write each process into its own slot:
+// the table is built in pid order in place, with no per-worker vectors to
+// grow and merge (a second copy of the table at the peak).
+void scan_some(const sys::HostRoot& root, const ScanOptions& options, KernelFdTable* kernel,
+               const std::vector<pid_t>& pids, std::atomic<std::size_t>& next, std::vector<Process>& slots,
+               std::vector<Outcome>& outcomes) {
   Reader reader(root, options);
   reader.kernel = kernel;
   constexpr std::size_t kChunk = 32;  // small enough to balance, large enough to keep the atomic cold
@@ -314,10 +313,8 @@ void scan_some(const sys::HostRoot& root, const ScanOptions& options, const Kern
     if (begin >= pids.size()) return;
     std::size_t end = std::min(begin + kChunk, pids.size());
     for (std::size_t i = begin; i < end; ++i) {
-      Process p;
-      Outcome o = reader.read(pids[i], p, nullptr);
-      count(out.stats, o);
-      if (o == Outcome::ok) out.processes.push_back(std::move(p));
+      outcomes[i] = reader.read(pids[i], slots[i], nullptr);
+      if (outcomes[i] != Outcome::ok) slots[i] = Process{};  // drop what a failed read left
     }
   }
 }
@@ -350,51 +347,40 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
     if (auto pid = pid_from_name(name)) pids.push_back(*pid);
   });
   if (err != 0) return sys::errno_error(err, "list " + root.join("proc"));
+  std::vector<char>().swap(buf);
   std::sort(pids.begin(), pids.end());
 
   ProcessTable table;
   table.stats.listed = static_cast<unsigned>(pids.size());
   if (options.read_fds) table.stats.fds_from = kernel ? "bpf" : "procfs";
   table.stats.fds_note = std::move(fds_note);
-  const KernelFdTable* kernel_table = kernel ? &*kernel : nullptr;
+  KernelFdTable* kernel_table = kernel ? &*kernel : nullptr;
   unsigned nthreads = std::max(1u, options.threads);
   // No more workers than pids: an idle thread costs a clone for nothing.
   nthreads = static_cast<unsigned>(std::min<std::size_t>(nthreads, std::max<std::size_t>(1, pids.size())));
-  std::vector<WorkerResult> results(nthreads);
+  std::vector<Process> slots(pids.size());
+  std::vector<Outcome> outcomes(pids.size(), Outcome::malformed);
   std::atomic<std::size_t> next{0};
   if (nthreads == 1) {
-    results[0].processes.reserve(pids.size());  // exact, not doubled: the table is most of our RSS
-    scan_some(root, options, kernel_table, pids, next, results[0]);
+    scan_some(root, options, kernel_table, pids, next, slots, outcomes);
   } else {
     std::vector<std::thread> workers;
     workers.reserve(nthreads);
     for (unsigned t = 0; t < nthreads; ++t) {
       workers.emplace_back(scan_some, std::cref(root), std::cref(options), kernel_table, std::cref(pids),
-                           std::ref(next), std::ref(results[t]));
+                           std::ref(next), std::ref(slots), std::ref(outcomes));
     }
     for (auto& w : workers) w.join();
   }
-
-  if (results.size() == 1) {  // already in pid order: no second copy of the table
-    table.processes = std::move(results[0].processes);
-    table.stats.scanned = results[0].stats.scanned;
-    table.stats.vanished = results[0].stats.vanished;
-    table.stats.denied = results[0].stats.denied;
-    table.stats.malformed = results[0].stats.malformed;
-    return table;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    count(table.stats, outcomes[i]);
+    if (outcomes[i] != Outcome::ok) continue;
+    if (kept != i) slots[kept] = std::move(slots[i]);
+    ++kept;
   }
-  std::size_t total = 0;
-  for (const auto& r : results) total += r.processes.size();
-  table.processes.reserve(total);
-  for (auto& r : results) {
-    for (auto& p : r.processes) table.processes.push_back(std::move(p));
-    table.stats.scanned += r.stats.scanned;
-    table.stats.vanished += r.stats.vanished;
-    table.stats.denied += r.stats.denied;
-    table.stats.malformed += r.stats.malformed;
-  }
-  std::sort(table.processes.begin(), table.processes.end(),
-            [](const Process& a, const Process& b) { return a.pid < b.pid; });
+  slots.resize(kept);
+  table.processes = std::move(slots);
   return table;
 }
 
