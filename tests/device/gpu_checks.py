@@ -252,6 +252,40 @@ def check_fork_orphaned_context(handle, baseline):
            f"released {t and round(t, 3)} s after the child's death")
 
 
+def check_fd_sources_agree(handle, baseline):
+    # The BPF descriptor iterator and the /proc walk must see the same NVIDIA
+    # descriptors (char devices 195:N, nvidia-uvm's dynamic major), also the
+    # fork-inherited ones of a child whose creator still runs.
+    p = spawn([WORKER, "fork-after-init", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
+    info = ready(p)
+    child = info["child"]
+    wait_held(handle, baseline, WORKER_BYTES)
+    runs = {}
+    for source in ("bpf", "procfs"):
+        t0 = time.monotonic()
+        rc, doc, err = trace("--fd-source", source)
+        runs[source] = (time.monotonic() - t0, doc, err)
+    def devices(doc):
+        return {q["pid"]: q["devices"] for q in doc.get("processes", [])}
+    bpf_doc, procfs_doc = runs["bpf"][1], runs["procfs"][1]
+    same = devices(bpf_doc) == devices(procfs_doc)
+    both = all(devices(bpf_doc).get(pid) for pid in (p.pid, child))
+    used = bpf_doc.get("scan", {}).get("fds_from")
+    note = bpf_doc.get("scan", {}).get("fds_note", "") or runs["bpf"][2].strip()[-200:]
+    kill(child)
+    kill(p)
+    reap(p)
+    try:
+        os.waitpid(child, 0)
+    except ChildProcessError:
+        pass
+    wait_release(handle, baseline)
+    record("descriptors: BPF iterator == /proc walk on real NVIDIA fds", same and both and used == "bpf",
+           f"fds_from {used} {note!r}; same devices per pid {same}; creator and child both seen {both}; "
+           f"creator devices {devices(bpf_doc).get(p.pid)}; trace wall bpf {runs['bpf'][0]:.3f} s, "
+           f"procfs {runs['procfs'][0]:.3f} s")
+
+
 def check_no_ghost_when_idle(handle):
     rc, doc, err = trace()
     ghosts = [f for f in doc.get("findings", []) if f["kind"] == "ghost_memory"]
@@ -372,6 +406,7 @@ def main():
         ("SIGKILL release", lambda: release_times.extend(check_sigkill_release(handle, baseline))),
         ("zombie", lambda: check_zombie(handle, baseline)),
         ("fork-inherited context", lambda: check_fork_orphaned_context(handle, baseline)),
+        ("fd sources agree", lambda: check_fd_sources_agree(handle, baseline)),
         ("observe in a PID namespace", lambda: check_observe_in_namespace(handle, baseline)),
         ("init --gpu-grace", lambda: check_init_gpu_grace(handle, baseline)),
         ("prestop", lambda: check_prestop(handle, baseline)),

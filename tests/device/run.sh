@@ -14,4 +14,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 PYTHONUNBUFFERED=1 python3 tests/device/gpu_checks.py 2>&1 | tee "$out/gpu-run.log"
 rc=${PIPESTATUS[0]}
 "$BIN/gpureap" snapshot --gpu nvml -o "$out/snapshot-idle.json" || true
+# The scan benchmark on this machine's kernel (not a paravirtualised dev VM):
+# 2,000 processes x 25 descriptors, trace vs fuser and lsof in the same run.
+if PATH=$BIN/peers:$PATH command -v fuser >/dev/null; then
+  PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$BIN/bench_scan" --gpureap "$BIN/gpureap" --repeat 5 \
+    --threads 8 2>&1 | tee "$out/bench-scan.txt"
+else
+  echo "bench/scan not run: no fuser" | tee "$out/bench-scan.txt"
+fi
 exit $rc

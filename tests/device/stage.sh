@@ -6,8 +6,15 @@ cd "$(dirname "$0")/../.."
 b=build/default
 rm -rf .devbin && mkdir -p .devbin/lib
 cp $b/src/cli/gpureap $b/src/workers/gpureap-worker-dynamic $b/src/init/gpureap-init .devbin/
+cp $b/bench/scan/bench_scan $b/bench/scan/bench_scan_run .devbin/
 cp /usr/bin/tini-static .devbin/
+# The public peers of bench/scan, Debian's builds, with their non-glibc libs.
+mkdir -p .devbin/peers
+cp /usr/bin/fuser /usr/bin/lsof .devbin/peers/
+for lib in $(ldd /usr/bin/lsof | awk '/=> \// {print $3}'); do
+  case $(basename "$lib") in libc.so*|libresolv.so*|libm.so*|ld-linux*) ;; *) cp -L "$lib" .devbin/lib/ ;; esac
+done
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 .devbin/lib/
 # Debug info would not fit the device tool's 64 MiB.
-strip .devbin/gpureap .devbin/gpureap-worker-dynamic
+strip .devbin/gpureap .devbin/gpureap-worker-dynamic .devbin/bench_scan .devbin/bench_scan_run
 ls -la .devbin .devbin/lib
