@@ -7,6 +7,7 @@
 #include "findings/finding.hpp"
 #include "node/snapshot.hpp"
 #include "report/report.hpp"
+#include "snapshot_builder.hpp"
 
 namespace {
 
@@ -19,67 +20,16 @@ namespace container = gpureap::container;
 namespace proc = gpureap::proc;
 namespace gpu = gpureap::gpu;
 
-constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
+using gpureap::test::kMiB;
+using Builder = gpureap::test::SnapshotBuilder;
 
 proc::Process process(pid_t pid, pid_t ppid, const char* comm, char state = 'S') {
-  proc::Process p;
-  p.pid = p.tgid = pid;
-  p.ppid = ppid;
-  p.pgrp = p.session = pid;
-  p.comm = comm;
-  p.state = state;
-  p.nspid = {pid};
-  return p;
+  return gpureap::test::make_process(pid, ppid, comm, state);
 }
 
 container::ContainerInfo in_pod(const std::string& id, const std::string& pod) {
-  container::ContainerInfo c;
-  c.ref.id = id;
-  c.ref.runtime = container::Runtime::containerd;
-  c.ref.pod_uid = "11111111-2222-3333-4444-555555555555";
-  c.ref.qos = container::Qos::burstable;
-  c.meta = container::PodMeta{pod, "ns", c.ref.pod_uid, "worker", "containerd"};
-  return c;
+  return gpureap::test::pod_container(id, pod);
 }
-
-class Builder {
- public:
-  ProcessRecord& add(proc::Process p, std::optional<container::ContainerInfo> c = std::nullopt) {
-    ProcessRecord r;
-    r.process = std::move(p);
-    if (c) r.container = std::make_shared<const container::ContainerInfo>(std::move(*c));
-    snap_.records.push_back(std::move(r));
-    return snap_.records.back();
-  }
-  gpu::GpuDevice& device(unsigned index, std::uint64_t used, std::optional<std::uint64_t> reserved) {
-    gpu::GpuDevice d;
-    d.index = index;
-    d.minor = index;
-    d.uuid = "GPU-" + std::to_string(index);
-    d.name = "Test GPU";
-    d.memory = gpu::GpuMemory{80ULL << 30, used, reserved};
-    snap_.gpu.devices.push_back(d);
-    return snap_.gpu.devices.back();
-  }
-  void list(unsigned device, std::uint32_t pid, std::optional<std::uint64_t> bytes) {
-    for (auto& d : snap_.gpu.devices) {
-      if (d.index == device) d.processes.push_back({pid, bytes});
-    }
-    gpureap::node::DriverListing l;
-    l.device_index = device;
-    l.entry = {pid, bytes};
-    snap_.listings.push_back(l);
-  }
-  NodeSnapshot build(const gpureap::node::ReadOne& read_one = nullptr) {
-    std::sort(snap_.records.begin(), snap_.records.end(),
-              [](const ProcessRecord& a, const ProcessRecord& b) { return a.process.pid < b.process.pid; });
-    gpureap::node::match_listings(snap_, read_one);
-    return snap_;
-  }
-
- private:
-  NodeSnapshot snap_;
-};
 
 TEST(MatchListings, HostPidThreadNamespaceAndDead) {
   Builder b;

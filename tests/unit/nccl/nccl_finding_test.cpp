@@ -10,6 +10,7 @@
 #include "findings/finding.hpp"
 #include "node/snapshot.hpp"
 #include "report/report.hpp"
+#include "snapshot_builder.hpp"
 
 namespace {
 
@@ -23,8 +24,8 @@ namespace container = gpureap::container;
 namespace proc = gpureap::proc;
 namespace gpu = gpureap::gpu;
 
-constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
-constexpr std::uint64_t kGiB = 1024ULL * kMiB;
+using gpureap::test::kGiB;
+using gpureap::test::kMiB;
 
 using Env = std::vector<std::pair<std::string, std::string>>;
 
@@ -42,39 +43,23 @@ Env torchrun_env(int rank, int local_rank, int world, int local_world, const std
   return e;
 }
 
+// Ranks share their launcher's group and session.
 proc::Process process(pid_t pid, pid_t ppid, const char* comm, Env env, char state = 'S') {
-  proc::Process p;
-  p.pid = p.tgid = pid;
-  p.ppid = ppid;
+  auto p = gpureap::test::make_process(pid, ppid, comm, state);
   p.pgrp = p.session = ppid;
-  p.comm = comm;
-  p.state = state;
-  p.nspid = {pid};
   p.env = std::move(env);
   return p;
 }
 
 container::ContainerInfo in_pod(const std::string& pod, const std::string& uid) {
-  container::ContainerInfo c;
-  c.ref.id = "c0ffee" + uid;
-  c.ref.runtime = container::Runtime::containerd;
-  c.ref.pod_uid = uid;
-  c.ref.qos = container::Qos::guaranteed;
-  c.meta = container::PodMeta{pod, "ml", uid, "trainer", "containerd"};
-  return c;
+  return gpureap::test::pod_container("c0ffee" + uid, pod, uid, "ml", container::Qos::guaranteed, "trainer");
 }
 
-class Builder {
+// Four GPUs; rank() adds a process holding one of them.
+class Builder : public gpureap::test::SnapshotBuilder {
  public:
   Builder() {
-    for (unsigned i = 0; i < 4; ++i) {
-      gpu::GpuDevice d;
-      d.index = i;
-      d.minor = i;
-      d.uuid = "GPU-" + std::to_string(i);
-      d.memory = gpu::GpuMemory{80 * kGiB, 0, 0};
-      snap_.gpu.devices.push_back(d);
-    }
+    for (unsigned i = 0; i < 4; ++i) device(i, 0);
   }
   // A rank: holds nvidia<device> and is listed with `bytes` (no listing when nullopt).
   void rank(pid_t pid, unsigned device, std::optional<std::uint64_t> bytes, Env env,
@@ -84,28 +69,6 @@ class Builder {
     add(std::move(p), std::move(c));
     if (bytes) list(device, static_cast<std::uint32_t>(pid), *bytes);
   }
-  void add(proc::Process p, std::optional<container::ContainerInfo> c = std::nullopt) {
-    ProcessRecord r;
-    r.process = std::move(p);
-    if (c) r.container = std::make_shared<const container::ContainerInfo>(std::move(*c));
-    snap_.records.push_back(std::move(r));
-  }
-  void list(unsigned device, std::uint32_t pid, std::uint64_t bytes) {
-    snap_.gpu.devices[device].processes.push_back({pid, bytes});
-    gpureap::node::DriverListing l;
-    l.device_index = device;
-    l.entry = {pid, bytes};
-    snap_.listings.push_back(l);
-  }
-  NodeSnapshot build() {
-    std::sort(snap_.records.begin(), snap_.records.end(),
-              [](const ProcessRecord& a, const ProcessRecord& b) { return a.process.pid < b.process.pid; });
-    gpureap::node::match_listings(snap_, nullptr);
-    return snap_;
-  }
-
- private:
-  NodeSnapshot snap_;
 };
 
 std::vector<Finding> nccl(const NodeSnapshot& snap) { return gpureap::findings::detect_nccl_missing_ranks(snap); }

@@ -8,6 +8,7 @@
 #include "findings/finding.hpp"
 #include "node/snapshot.hpp"
 #include "report/observe.hpp"
+#include "snapshot_builder.hpp"
 
 namespace {
 
@@ -23,17 +24,12 @@ namespace gpu = gpureap::gpu;
 namespace report = gpureap::report;
 namespace findings = gpureap::findings;
 
-constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
+using gpureap::test::kMiB;
 
+// Seen from inside the namespace: one PID level, and its own /proc is readable.
 proc::Process process(pid_t pid, pid_t ppid, const char* comm, char state = 'S') {
-  proc::Process p;
-  p.pid = p.tgid = pid;
-  p.ppid = ppid;
-  p.pgrp = p.session = pid;
-  p.comm = comm;
+  auto p = gpureap::test::make_process(pid, ppid, comm, state);
   p.cmdline = {comm};
-  p.state = state;
-  p.nspid = {pid};  // seen from inside the namespace: one level
   p.fds_readable = true;
   return p;
 }
@@ -45,41 +41,12 @@ proc::Process holder(pid_t pid, pid_t ppid, const char* comm, std::vector<std::s
   return p;
 }
 
-class Builder {
+class Builder : public gpureap::test::SnapshotBuilder {
  public:
-  Builder() { snap_.host_root = "/"; snap_.self_pid = 9999; }
-  void add(proc::Process p) {
-    ProcessRecord r;
-    r.process = std::move(p);
-    snap_.records.push_back(std::move(r));
+  Builder() {
+    snapshot().host_root = "/";
+    snapshot().self_pid = 9999;
   }
-  void device(unsigned index, std::uint64_t used) {
-    gpu::GpuDevice d;
-    d.index = index;
-    d.minor = index;
-    d.uuid = "GPU-" + std::to_string(index);
-    d.name = "Test GPU";
-    d.memory = gpu::GpuMemory{80ULL << 30, used, 0};
-    snap_.gpu.devices.push_back(d);
-  }
-  void list(unsigned device, std::uint32_t pid, std::uint64_t bytes) {
-    for (auto& d : snap_.gpu.devices) {
-      if (d.index == device) d.processes.push_back({pid, bytes});
-    }
-    gpureap::node::DriverListing l;
-    l.device_index = device;
-    l.entry = {pid, bytes};
-    snap_.listings.push_back(l);
-  }
-  NodeSnapshot build(const gpureap::node::ReadOne& read_one = nullptr) {
-    std::sort(snap_.records.begin(), snap_.records.end(),
-              [](const ProcessRecord& a, const ProcessRecord& b) { return a.process.pid < b.process.pid; });
-    gpureap::node::match_listings(snap_, read_one);
-    return snap_;
-  }
-
- private:
-  NodeSnapshot snap_;
 };
 
 ObserveReport analyse(const NodeSnapshot& snap) {
