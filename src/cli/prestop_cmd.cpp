@@ -152,6 +152,19 @@ json to_json(const PrestopOptions& o, double term_wait, const prestop::SelfIdent
           {"exit_code", exit_code}};
 }
 
+// Exit 2 under --json still prints a report, so a caller parsing stdout
+// learns why nothing was signalled instead of reading nothing.
+int could_not_check(const PrestopOptions& o, const std::string& message) {
+  if (o.common.json) {
+    const json doc = {{"schema", 1},   {"command", "prestop"}, {"dry_run", o.dry_run},
+                      {"targets", json::array()}, {"skipped", json::array()},
+                      {"error", message}, {"exit_code", kExitCouldNotCheck}};
+    fmt::print("{}\n", ::gpureap::report::json_text(doc));
+    std::fflush(stdout);
+  }
+  return kExitCouldNotCheck;
+}
+
 std::chrono::milliseconds to_ms(double s) {
   return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000.0)));
 }
@@ -160,25 +173,26 @@ int run_prestop(const PrestopOptions& o) {
   const auto start = prestop::Clock::now();
   const double term_wait = o.term_wait.value_or(default_term_wait(o.deadline));
   if (!(o.deadline > 0) || !(term_wait >= 0) || term_wait > o.deadline) {
-    log_error(fmt::format("prestop: need 0 < --deadline ({}) and 0 <= --term-wait ({}) <= --deadline",
-                          o.deadline, term_wait));
-    return kExitCouldNotCheck;
+    const auto message = fmt::format("need 0 < --deadline ({}) and 0 <= --term-wait ({}) <= --deadline",
+                                     o.deadline, term_wait);
+    log_error("prestop: " + message);
+    return could_not_check(o, message);
   }
   auto root = sys::HostRoot::open(sys::HostRoot::resolve_path(o.common.host_root));
   if (!root) {
     log_error("prestop: " + root.error().message);
-    return kExitCouldNotCheck;
+    return could_not_check(o, root.error().message);
   }
   auto self = prestop::read_self_identity(*root);
   if (!self) {
     log_error("prestop: " + self.error().message);
-    return kExitCouldNotCheck;
+    return could_not_check(o, self.error().message);
   }
   const Log log(*root, !o.no_pid1_log, self->pid);
   auto backend = gpu::make_backend(o.common.gpu, *root);
   if (!backend) {
     log.line("could not check: " + backend.error().message);
-    return kExitCouldNotCheck;
+    return could_not_check(o, backend.error().message);
   }
   if (auto reason = (*backend)->unavailable_reason(); !reason.empty()) log.line(reason);
   // No pod resolvers: selection needs the container id, not the pod's name.
@@ -189,7 +203,7 @@ int run_prestop(const PrestopOptions& o) {
   auto snap = node::take_snapshot(*root, **backend, no_resolvers, snap_options);
   if (!snap) {
     log.line("could not check: " + snap.error().message);
-    return kExitCouldNotCheck;
+    return could_not_check(o, snap.error().message);
   }
 
   prestop::SelectOptions sel_options;

@@ -223,6 +223,18 @@ TEST_F(PrestopNamespace, RefusesAProcThatIsNotItsNamespaces) {
                                  env_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("not this PID namespace's /proc"), std::string::npos) << r.err;
+
+  // With --json the refusal is a report on stdout too, naming why.
+  auto j = gpureap::testing::run({"/usr/bin/unshare", "--pid", "--fork", "--kill-child", kGpureap, "prestop",
+                                  "--gpu", "sim", "--deadline", "1", "--json"},
+                                 env_);
+  EXPECT_EQ(j.exit_code, 2) << j.err;
+  const json doc = json::parse(j.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << j.out;
+  EXPECT_EQ(doc["exit_code"], 2);
+  EXPECT_EQ(doc["command"], "prestop");
+  EXPECT_TRUE(doc["targets"].empty());
+  EXPECT_NE(doc["error"].get<std::string>().find("not this PID namespace's /proc"), std::string::npos) << j.out;
 }
 
 }  // namespace
