@@ -176,31 +176,64 @@ sys::Result<BtfAnswer> query_btf(const ReadAt& read, const BtfQuery& query,
     bool too_long = false;
     std::uint32_t start = 0;
     std::uint32_t pos = 0;
+    // Whole strings are found with memchr and looked up only when short
+    // enough to be a name asked for; a string cut by the window's edge is
+    // carried over (at most `longest` bytes of it).
     const char* chunk = nullptr;
     std::size_t n = 0;
+    // Most of the 100k+ strings are rejected by their length alone.
+    std::vector<std::vector<const std::string*>> by_length(longest + 1);
+    for (const auto& name : names) by_length[name.size()].push_back(&name);
+    auto consider = [&](std::string_view str, std::uint32_t at) {
+      if (str.size() > longest) return;
+      for (const std::string* name : by_length[str.size()]) {
+        if (str == *name) name_off.emplace(*name, at);
+      }
+    };
     while (strings.next_chunk(chunk, n)) {
-      for (std::size_t i = 0; i < n; ++i, ++pos) {
-        const char c = chunk[i];
-        if (c == '\0') {
-          if (!too_long && std::binary_search(names.begin(), names.end(), current)) {
-            name_off.emplace(current, start);
+      std::size_t i = 0;
+      while (i < n) {
+        const void* nul = std::memchr(chunk + i, '\0', n - i);
+        if (nul == nullptr) {  // the string goes on in the next window
+          if (!too_long) {
+            current.append(chunk + i,
+                           std::min(n - i, longest + 1 - std::min(current.size(), longest + 1)));
+            too_long = current.size() > longest;
           }
-          current.clear();
-          too_long = false;
-          start = pos + 1;
-        } else if (!too_long) {
-          current.push_back(c);
-          too_long = current.size() > longest;
+          pos += static_cast<std::uint32_t>(n - i);
+          break;
         }
+        const auto len = static_cast<std::size_t>(static_cast<const char*>(nul) - (chunk + i));
+        if (current.empty() && !too_long) {
+          consider(std::string_view(chunk + i, len), start);
+        } else if (!too_long && current.size() + len <= longest) {
+          current.append(chunk + i, len);
+          consider(current, start);
+        }
+        current.clear();
+        too_long = false;
+        pos += static_cast<std::uint32_t>(len + 1);
+        start = pos;
+        i += len + 1;
       }
     }
     if (strings.error() != 0) return sys::errno_error(strings.error(), "read " + what);
     if (!strings.done()) return bad(what, "string section runs past the end of the file");
   }
+  // Each name's string offset, looked up once: 0 is "" and never a name asked for.
   auto off_of = [&](const std::string& n) -> std::uint32_t {
     auto it = name_off.find(n);
-    return it == name_off.end() ? 0 : it->second;  // 0 is "" and never a struct's name
+    return it == name_off.end() ? 0 : it->second;
   };
+  struct MemberWanted {
+    std::uint32_t struct_name, member_name;
+    const std::pair<std::string, std::string>* query;
+  };
+  std::vector<MemberWanted> member_wants;
+  for (const auto& sm : query.members)
+    member_wants.push_back({off_of(sm.first), off_of(sm.second), &sm});
+  std::vector<std::pair<std::uint32_t, const std::string*>> func_wants;
+  for (const auto& f : query.funcs) func_wants.emplace_back(off_of(f), &f);
 
   // Pass 2: the type section, type ids counted from 1.
   BtfAnswer answer;
@@ -218,14 +251,14 @@ sys::Result<BtfAnswer> query_btf(const ReadAt& read, const BtfQuery& query,
     if (extra < 0)
       return bad(what, "type " + std::to_string(id) + " has unknown kind " + std::to_string(kind));
     if (kind == kFunc && name != 0) {
-      for (const auto& f : query.funcs) {
-        if (off_of(f) == name) answer.func_ids.emplace(f, id);
+      for (const auto& [off, f] : func_wants) {
+        if (off == name) answer.func_ids.emplace(*f, id);
       }
     }
     if ((kind == kStruct || kind == kUnion) && name != 0) {
-      std::vector<const std::pair<std::string, std::string>*> wanted;
-      for (const auto& sm : query.members) {
-        if (off_of(sm.first) == name) wanted.push_back(&sm);
+      std::vector<const MemberWanted*> wanted;
+      for (const auto& w : member_wants) {
+        if (w.struct_name == name) wanted.push_back(&w);
       }
       if (!wanted.empty()) {
         for (unsigned i = 0; i < vlen; ++i) {
@@ -239,9 +272,10 @@ sys::Result<BtfAnswer> query_btf(const ReadAt& read, const BtfQuery& query,
           const std::uint32_t bit_off = kind_flag ? (m_off & 0xffffffU) : m_off;
           const bool bitfield = kind_flag && (m_off >> 24) != 0;
           if (m_name == 0 || bitfield || bit_off % 8 != 0) continue;
-          for (const auto* sm : wanted) {
-            if (off_of(sm->second) == m_name)
-              answer.member_offsets.emplace(sm->first + "." + sm->second, bit_off / 8);
+          for (const auto* w : wanted) {
+            if (w->member_name == m_name) {
+              answer.member_offsets.emplace(w->query->first + "." + w->query->second, bit_off / 8);
+            }
           }
         }
         continue;
