@@ -261,6 +261,7 @@ sys::Result<BtfAnswer> query_btf(const ReadAt& read, const BtfQuery& query,
         if (w.struct_name == name) wanted.push_back(&w);
       }
       if (!wanted.empty()) {
+        answer.struct_sizes.emplace(wanted.front()->query->first, u32_at(rec + 8));
         for (unsigned i = 0; i < vlen; ++i) {
           unsigned char m[12];
           if (!types.take(m, sizeof m))

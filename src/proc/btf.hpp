@@ -28,6 +28,8 @@ struct BtfAnswer {
   // "struct.member" → byte offset; only byte-aligned, non-bitfield members.
   std::map<std::string, std::uint32_t> member_offsets;
   std::map<std::string, std::uint32_t> func_ids;  // name → BTF type id
+  // Byte size of every struct (or union) that had a member asked for.
+  std::map<std::string, std::uint32_t> struct_sizes;
 
   [[nodiscard]] bool complete(const BtfQuery& q) const {
     return member_offsets.size() == q.members.size() && func_ids.size() == q.funcs.size();

@@ -68,6 +68,11 @@ class Program {
     fixups_.emplace_back(insns_.size(), label);
     emit(op == 0 ? (BPF_JMP | BPF_JA) : (BPF_JMP | op | BPF_K), dst, 0, 0, imm);
   }
+  // Conditional jump comparing two registers (op = BPF_JNE, ...).
+  void jump_reg(int op, int dst, int src, int label) {
+    fixups_.emplace_back(insns_.size(), label);
+    emit(BPF_JMP | op | BPF_X, dst, src, 0, 0);
+  }
   void bind(int label) {
     if (labels_.size() <= static_cast<std::size_t>(label))
       labels_.resize(static_cast<std::size_t>(label) + 1, 0);
@@ -106,6 +111,12 @@ struct Offsets {
   std::uint32_t task_tgid, task_pid, task_start, file_inode, inode_mode, inode_rdev, inode_ino,
       inode_sb, sb_dev;
   std::uint32_t iter_func_id;
+  // The task program's (status: uid, NSpid); unset when this kernel's BTF lacks one.
+  struct Task {
+    std::uint32_t real_cred, cred_uid, thread_pid, pid_level, pid_numbers, upid_nr, upid_size;
+    std::uint32_t iter_func_id;
+  };
+  std::optional<Task> task;
 };
 
 sys::Result<Offsets> kernel_offsets() {
@@ -114,6 +125,17 @@ sys::Result<Offsets> kernel_offsets() {
                {"file", "f_inode"},     {"inode", "i_mode"},    {"inode", "i_rdev"},
                {"inode", "i_ino"},      {"inode", "i_sb"},      {"super_block", "s_dev"}};
   q.funcs = {"bpf_iter_task_file"};
+  BtfQuery task_q;  // the task program's, optional
+  task_q.members = {{"task_struct", "real_cred"},
+                    {"cred", "uid"},
+                    {"task_struct", "thread_pid"},
+                    {"pid", "level"},
+                    {"pid", "numbers"},
+                    {"upid", "nr"}};
+  task_q.funcs = {"bpf_iter_task"};
+  BtfQuery both = q;
+  both.members.insert(both.members.end(), task_q.members.begin(), task_q.members.end());
+  both.funcs.insert(both.funcs.end(), task_q.funcs.begin(), task_q.funcs.end());
   int fd = ::open(kVmlinuxBtf, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return sys::errno_error(errno, std::string("open ") + kVmlinuxBtf);
   sys::UniqueFd owned(fd);
@@ -130,7 +152,8 @@ sys::Result<Offsets> kernel_offsets() {
       [fd, map, map_size](std::uint64_t off, char* buf, std::size_t len) -> ssize_t {
         if (map != MAP_FAILED) {
           if (off >= map_size) return 0;
-          const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(len, map_size - off));
+          const std::size_t n =
+              static_cast<std::size_t>(std::min<std::uint64_t>(len, map_size - off));
           std::memcpy(buf, static_cast<const char*>(map) + off, n);
           return static_cast<ssize_t>(n);
         }
@@ -139,10 +162,21 @@ sys::Result<Offsets> kernel_offsets() {
           if (n >= 0 || errno != EINTR) return n;
         }
       },
-      q, kVmlinuxBtf);
+      both, kVmlinuxBtf);
   if (map != MAP_FAILED) ::munmap(map, static_cast<std::size_t>(st.st_size));
   if (!answer) return answer.error();
-  if (!answer->complete(q)) {
+  auto has_all = [&answer](const BtfQuery& part) {
+    for (const auto& [strct, mem] : part.members) {
+      std::string key = strct;
+      key.append(".").append(mem);
+      if (answer->member_offsets.count(key) == 0) return false;
+    }
+    for (const auto& f : part.funcs) {
+      if (answer->func_ids.count(f) == 0) return false;
+    }
+    return true;
+  };
+  if (!has_all(q)) {
     std::string missing;
     for (const auto& [s, m] : q.members) {
       std::string key = s;
@@ -155,6 +189,17 @@ sys::Result<Offsets> kernel_offsets() {
     return sys::Error{ENOENT, std::string(kVmlinuxBtf) + " lacks" + missing};
   }
   const auto& m = answer->member_offsets;
+  std::optional<Offsets::Task> task;
+  if (has_all(task_q) && answer->struct_sizes.count("upid") != 0) {
+    task = Offsets::Task{m.at("task_struct.real_cred"),
+                         m.at("cred.uid"),
+                         m.at("task_struct.thread_pid"),
+                         m.at("pid.level"),
+                         m.at("pid.numbers"),
+                         m.at("upid.nr"),
+                         answer->struct_sizes.at("upid"),
+                         answer->func_ids.at("bpf_iter_task")};
+  }
   return Offsets{m.at("task_struct.tgid"),
                  m.at("task_struct.pid"),
                  m.at("task_struct.start_boottime"),
@@ -164,7 +209,8 @@ sys::Result<Offsets> kernel_offsets() {
                  m.at("inode.i_ino"),
                  m.at("inode.i_sb"),
                  m.at("super_block.s_dev"),
-                 answer->func_ids.at("bpf_iter_task_file")};
+                 answer->func_ids.at("bpf_iter_task_file"),
+                 task};
 }
 
 // bpf_iter__task_file is {meta, task, fd, file}, one u64 slot each: the
@@ -233,6 +279,77 @@ std::vector<bpf_insn> assemble(const Offsets& o, bool& fits) {
   return p.finish();
 }
 
+// What the task program writes per thread-group leader: what /proc/PID/status
+// would give the scan (real uid, NSpid), with the start time to check that the
+// pid read under /proc is the same process.
+constexpr unsigned kMaxNsLevels = 8;  // deeper nesting: status is read instead
+struct TaskRecord {
+  std::uint32_t tgid;
+  std::uint32_t uid;       // real_cred->uid; all-ones when unreadable
+  std::uint64_t start_ns;  // start_boottime
+  std::uint32_t level;     // thread_pid->level; all-ones when unreadable
+  std::uint32_t nspid[kMaxNsLevels];
+  std::uint32_t pad;
+};
+static_assert(sizeof(TaskRecord) == 56);
+constexpr short kTaskRec = -static_cast<short>(sizeof(TaskRecord));
+
+short task_field(std::size_t offset_in_record) {
+  return static_cast<short>(kTaskRec + static_cast<short>(offset_in_record));
+}
+
+std::vector<bpf_insn> assemble_task(const Offsets& o, const Offsets::Task& t, bool& fits) {
+  enum { kPid, kWrite, kExit };
+  Program p;
+  p.mov(6, 1);                    // r6 = ctx (bpf_iter__task: {meta, task})
+  p.ldx(BPF_DW, 7, 6, kCtxTask);  // r7 = ctx->task
+  p.jump(BPF_JEQ, 7, 0, kExit);
+  p.ldx(BPF_W, 2, 7, o.task_tgid);
+  p.ldx(BPF_W, 3, 7, o.task_pid);
+  p.jump_reg(BPF_JNE, 2, 3, kExit);  // threads: their leader speaks for the process
+  p.stx(BPF_W, 10, 2, task_field(offsetof(TaskRecord, tgid)));
+  p.st(BPF_W, 10, task_field(offsetof(TaskRecord, uid)), -1);
+  p.st(BPF_W, 10, task_field(offsetof(TaskRecord, level)), -1);
+  p.st(BPF_W, 10, task_field(offsetof(TaskRecord, pad)), 0);
+  for (unsigned i = 0; i < kMaxNsLevels; ++i) {
+    p.st(BPF_W, 10, task_field(offsetof(TaskRecord, nspid) + sizeof(std::uint32_t) * i), 0);
+  }
+  p.ldx(BPF_DW, 2, 7, o.task_start);
+  p.stx(BPF_DW, 10, 2, task_field(offsetof(TaskRecord, start_ns)));
+  p.ldx(BPF_DW, 4, 7, t.real_cred);  // r4 = task->real_cred
+  p.jump(BPF_JEQ, 4, 0, kPid);
+  p.ldx(BPF_W, 2, 4, t.cred_uid);
+  p.stx(BPF_W, 10, 2, task_field(offsetof(TaskRecord, uid)));
+  p.bind(kPid);
+  p.ldx(BPF_DW, 8, 7, t.thread_pid);  // r8 = task->thread_pid
+  p.jump(BPF_JEQ, 8, 0, kWrite);
+  p.ldx(BPF_W, 9, 8, t.pid_level);  // r9 = level
+  p.stx(BPF_W, 10, 9, task_field(offsetof(TaskRecord, level)));
+  // numbers[] is a flexible array (numbers[1] before 5.x): read each level
+  // with bpf_probe_read_kernel rather than a load the verifier may refuse.
+  for (unsigned i = 0; i < kMaxNsLevels; ++i) {
+    if (i > 0) p.jump(BPF_JLT, 9, static_cast<int>(i), kWrite);  // level < i: done
+    p.mov(1, 10);
+    p.add_imm(1, task_field(offsetof(TaskRecord, nspid) + sizeof(std::uint32_t) * i));
+    p.mov_imm(2, 4);
+    p.mov(3, 8);
+    p.add_imm(3, static_cast<int>(t.pid_numbers + i * t.upid_size + t.upid_nr));
+    p.call(BPF_FUNC_probe_read_kernel);
+  }
+  p.bind(kWrite);  // bpf_seq_write(ctx->meta->seq, &rec, sizeof rec)
+  p.ldx(BPF_DW, 1, 6, kCtxMeta);
+  p.ldx(BPF_DW, 1, 1, kMetaSeq);
+  p.mov(2, 10);
+  p.add_imm(2, kTaskRec);
+  p.mov_imm(3, static_cast<int>(sizeof(TaskRecord)));
+  p.call(BPF_FUNC_seq_write);
+  p.bind(kExit);
+  p.mov_imm(0, 0);
+  p.exit();
+  fits = p.fits();
+  return p.finish();
+}
+
 long bpf(int cmd, bpf_attr& attr) {
   return ::syscall(SYS_bpf, cmd, &attr, sizeof attr);
 }
@@ -242,7 +359,8 @@ std::uint64_t ptr(const T* p) {
   return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
 }
 
-sys::Result<sys::UniqueFd> load(const std::vector<bpf_insn>& insns, std::uint32_t func_id) {
+sys::Result<sys::UniqueFd> load(const std::vector<bpf_insn>& insns, std::uint32_t func_id,
+                                const std::string& what) {
   // bpf_seq_write is GPL-only: the program (assembled here, run in the
   // kernel) declares a GPL-compatible licence as every iterator must.
   static constexpr char kLicense[] = "GPL";
@@ -265,13 +383,48 @@ sys::Result<sys::UniqueFd> load(const std::vector<bpf_insn>& insns, std::uint32_
   if (fd >= 0) return sys::UniqueFd(static_cast<int>(fd));
   const int err = errno;
   if (err == EPERM || err == EACCES || err == ENOSYS)
-    return sys::errno_error(err, "load the BPF descriptor iterator");
+    return sys::errno_error(err, "load the " + what);
   // Only on failure: load again with the verifier's log, for the message.
   std::vector<char> log(16384);
   (void)attempt(log.data(), static_cast<std::uint32_t>(log.size()));
   std::string_view text(log.data(), ::strnlen(log.data(), log.size()));
   if (text.size() > 400) text = text.substr(text.size() - 400);
-  return sys::errno_error(err, "load the BPF descriptor iterator: " + std::string(text));
+  return sys::errno_error(err, "load the " + what + ": " + std::string(text));
+}
+
+// Loads, attaches and reads one iterator program: fn(bytes) once per record
+// of `size` bytes, in the order the kernel wrote them.
+template <class Fn>
+sys::Status run_iterator(const std::vector<bpf_insn>& insns, std::uint32_t func_id,
+                         std::size_t size, const std::string& what, Fn&& fn) {
+  auto prog = load(insns, func_id, what);
+  if (!prog) return prog.error();
+  bpf_attr link_attr{};
+  link_attr.link_create.prog_fd = static_cast<std::uint32_t>(prog->get());
+  link_attr.link_create.attach_type = BPF_TRACE_ITER;
+  long link = bpf(BPF_LINK_CREATE, link_attr);
+  if (link < 0) return sys::errno_error(errno, "attach the " + what);
+  sys::UniqueFd link_fd(static_cast<int>(link));
+  bpf_attr iter_attr{};
+  iter_attr.iter_create.link_fd = static_cast<std::uint32_t>(link_fd.get());
+  long iter = bpf(BPF_ITER_CREATE, iter_attr);
+  if (iter < 0) return sys::errno_error(errno, "start the " + what);
+  sys::UniqueFd iter_fd(static_cast<int>(iter));
+  std::vector<char> buf(65536);
+  std::size_t carry = 0;  // bytes of a record cut by the previous read
+  for (;;) {
+    ssize_t n = ::read(iter_fd.get(), buf.data() + carry, buf.size() - carry);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys::errno_error(errno, "read the " + what);
+    if (n == 0) break;
+    const std::size_t have = carry + static_cast<std::size_t>(n);
+    std::size_t at = 0;
+    for (; at + size <= have; at += size) fn(buf.data() + at);
+    carry = have - at;
+    std::memmove(buf.data(), buf.data() + at, carry);
+  }
+  if (carry != 0) return sys::Error{EBADMSG, what + ": a cut record at the end"};
+  return sys::Ok{};
 }
 
 std::uint64_t boottime_ticks(std::uint64_t ns_per_tick) {
@@ -391,12 +544,54 @@ std::optional<pid_t> procfs_self(const sys::HostRoot& root) {
   return v;
 }
 
+// The task program, best effort: without it the scan reads /proc/PID/status.
+void read_kernel_tasks(const Offsets& o, std::uint64_t ns_per_tick, KernelFdTable& table) {
+  if (!o.task) {
+    table.tasks_note = std::string(kVmlinuxBtf) + " lacks a member the task iterator reads";
+    return;
+  }
+  bool fits = true;
+  const auto insns = assemble_task(o, *o.task, fits);
+  if (!fits) {
+    table.tasks_note = "a member offset of the task iterator exceeds 16 bits";
+    return;
+  }
+  auto ran = run_iterator(insns, o.task->iter_func_id, sizeof(TaskRecord), "BPF task iterator",
+                          [&](const char* bytes) {
+                            TaskRecord r{};
+                            std::memcpy(&r, bytes, sizeof r);
+                            // Unreadable or nested deeper than recorded: status answers.
+                            if (r.uid == ~0U || r.level >= kMaxNsLevels) return;
+                            KernelTask t;
+                            t.tgid = static_cast<pid_t>(r.tgid);
+                            t.uid = static_cast<uid_t>(r.uid);
+                            t.start_ticks = r.start_ns / ns_per_tick;
+                            t.levels = static_cast<std::uint8_t>(r.level + 1);
+                            for (unsigned i = 0; i < t.levels; ++i)
+                              t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
+                            table.tasks.push_back(t);
+                          });
+  if (!ran) {
+    table.tasks.clear();
+    table.tasks_note = ran.error().message;
+    return;
+  }
+  std::sort(table.tasks.begin(), table.tasks.end(),
+            [](const KernelTask& a, const KernelTask& b) { return a.tgid < b.tgid; });
+}
+
 }  // namespace
 
 const KernelFdSummary* KernelFdTable::find(pid_t tgid) const {
   auto it = std::lower_bound(processes.begin(), processes.end(), tgid,
                              [](const KernelFdSummary& s, pid_t v) { return s.tgid < v; });
   return it != processes.end() && it->tgid == tgid ? &*it : nullptr;
+}
+
+const KernelTask* KernelFdTable::find_task(pid_t tgid) const {
+  auto it = std::lower_bound(tasks.begin(), tasks.end(), tgid,
+                             [](const KernelTask& t, pid_t v) { return t.tgid < v; });
+  return it != tasks.end() && it->tgid == tgid ? &*it : nullptr;
 }
 
 KernelFdSummary* KernelFdTable::find(pid_t tgid) {
@@ -468,47 +663,21 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
   if (!fits)
     return sys::Error{ERANGE,
                       std::string("a member offset in ") + kVmlinuxBtf + " exceeds 16 bits"};
-  auto prog = load(insns, offsets->iter_func_id);
-  if (!prog) return prog.error();
-
-  bpf_attr link_attr{};
-  link_attr.link_create.prog_fd = static_cast<std::uint32_t>(prog->get());
-  link_attr.link_create.attach_type = BPF_TRACE_ITER;
-  long link = bpf(BPF_LINK_CREATE, link_attr);
-  if (link < 0) return sys::errno_error(errno, "attach the BPF descriptor iterator");
-  sys::UniqueFd link_fd(static_cast<int>(link));
-  bpf_attr iter_attr{};
-  iter_attr.iter_create.link_fd = static_cast<std::uint32_t>(link_fd.get());
-  long iter = bpf(BPF_ITER_CREATE, iter_attr);
-  if (iter < 0) return sys::errno_error(errno, "start the BPF descriptor iterator");
-  sys::UniqueFd iter_fd(static_cast<int>(iter));
-
   KernelFdTable table;
   table.started_ticks = boottime_ticks(ns_per_tick);
   Aggregator agg(devices, ns_per_tick);
   std::optional<pid_t> reader;
-  std::vector<char> buf(65536);
-  std::size_t carry = 0;  // bytes of a record cut by the previous read
-  for (;;) {
-    ssize_t n = ::read(iter_fd.get(), buf.data() + carry, buf.size() - carry);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sys::errno_error(errno, "read the BPF descriptor iterator");
-    if (n == 0) break;
-    const std::size_t have = carry + static_cast<std::size_t>(n);
-    std::size_t at = 0;
-    for (; at + sizeof(Record) <= have; at += sizeof(Record)) {
-      Record r{};
-      std::memcpy(&r, buf.data() + at, sizeof r);
-      if (r.pid == 0) {
-        reader = static_cast<pid_t>(r.tgid);
-      } else {
-        agg.add(r);
-      }
-    }
-    carry = have - at;
-    std::memmove(buf.data(), buf.data() + at, carry);
-  }
-  if (carry != 0) return sys::Error{EBADMSG, "BPF descriptor iterator: a cut record at the end"};
+  auto ran = run_iterator(insns, offsets->iter_func_id, sizeof(Record), "BPF descriptor iterator",
+                          [&](const char* bytes) {
+                            Record r{};
+                            std::memcpy(&r, bytes, sizeof r);
+                            if (r.pid == 0) {
+                              reader = static_cast<pid_t>(r.tgid);
+                            } else {
+                              agg.add(r);
+                            }
+                          });
+  if (!ran) return ran.error();
   if (!reader) return sys::Error{EBADMSG, "BPF descriptor iterator: no end marker"};
   if (*reader != *self) {
     return sys::Error{EXDEV, root.join("proc") + " is not the initial PID namespace's (self is " +
@@ -516,6 +685,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
                                  std::to_string(*reader) + ")"};
   }
   table.processes = agg.finish();
+  read_kernel_tasks(*offsets, ns_per_tick, table);
   return table;
 }
 

@@ -3,6 +3,9 @@
 // The iterator is assembled here for the running kernel (member offsets from
 // its BTF, no compiler, no libbpf) and emits one fixed record per descriptor;
 // this file counts them per process and matches them against the devices.
+// A second program, a task iterator, gives per process what /proc/PID/status
+// would (real uid, NSpid), so the scan reads one file less per process; it
+// is best effort (KernelFdTable::tasks_note says why it is missing).
 //
 // It answers only for the live kernel seen from its initial PID namespace:
 // any doubt (no BTF, no privilege, a host root whose /proc belongs to another
@@ -12,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,13 +37,28 @@ struct KernelFdSummary {
   std::vector<DeviceUse> gpu_fds;  // same naming as the /proc walk
 };
 
+// What /proc/PID/status would give for one process, from a BPF task iterator.
+struct KernelTask {
+  pid_t tgid = 0;
+  uid_t uid = 0;                  // real uid
+  std::uint64_t start_ticks = 0;  // as stat field 22: identity with the /proc entry
+  std::uint8_t levels = 0;        // NSpid entries
+  std::array<pid_t, 8> nspid{};   // outermost first
+};
+
 struct KernelFdTable {
   std::vector<KernelFdSummary> processes;  // sorted by tgid
   // Boot-time clock ticks just before the iteration: a process that started
   // at or after this may have fds the iterator never saw.
   std::uint64_t started_ticks = 0;
 
+  // Thread-group leaders, sorted by tgid; empty when the task iterator could
+  // not run (then tasks_note says why, and status is read from /proc).
+  std::vector<KernelTask> tasks;
+  std::string tasks_note;
+
   [[nodiscard]] const KernelFdSummary* find(pid_t tgid) const;
+  [[nodiscard]] const KernelTask* find_task(pid_t tgid) const;
   [[nodiscard]] KernelFdSummary* find(pid_t tgid);
 };
 

@@ -127,6 +127,8 @@ TEST(Btf, FindsMembersAndFuncsPastEveryKind) {
   EXPECT_EQ(a->member_offsets.at("file.f_inode"), 32u);
   EXPECT_EQ(a->member_offsets.at("flags.whole"), 4u);
   EXPECT_EQ(a->func_ids.at("bpf_iter_task_file"), 7u);
+  EXPECT_EQ(a->struct_sizes.at("task_struct"), 4096u);
+  EXPECT_EQ(a->struct_sizes.at("file"), 256u);
 }
 
 TEST(Btf, BitfieldsAndAbsentNamesAreNoAnswer) {

@@ -371,6 +371,61 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   EXPECT_EQ(find(*k, many.pid())->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 150}}));
 }
 
+TEST(KernelFds, TaskIteratorGivesWhatStatusGives) {
+  // Another uid, a nested PID namespace, a zombie: the task iterator's uid,
+  // NSpid and tgid must be /proc/PID/status's, so the scan may skip that file.
+  Pipes p1, p2;
+  Child other_uid = spawn_ready(p1, [] { (void)!::setresuid(4321, 4321, 4321); });
+  long rc = ::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+  if (rc == 0) {
+    p2.child_setup();
+    test::child_ready_and_wait();
+  }
+  ASSERT_GT(rc, 0) << std::strerror(errno);
+  Child in_ns(static_cast<pid_t>(rc));
+  ASSERT_TRUE(p2.wait_ready());
+  pid_t z = ::fork();
+  if (z == 0) ::_exit(0);
+  ASSERT_GT(z, 0);
+  Child zombie(z);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(z), &info, WEXITED | WNOWAIT), 0);  // exited, not reaped
+  ASSERT_TRUE(other_uid.started());
+
+  auto root = slash();
+  auto k = read_kernel_fds(root, DeviceMatcher{});
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  EXPECT_EQ(k->tasks_note, "");
+  const KernelTask* t = k->find_task(in_ns.pid());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->levels, 2);
+  EXPECT_EQ(t->nspid[1], 1);
+  ASSERT_NE(k->find_task(other_uid.pid()), nullptr);
+  EXPECT_EQ(k->find_task(other_uid.pid())->uid, 4321u);
+
+  ScanOptions kernel_opts;
+  kernel_opts.fd_source = FdSource::kernel;
+  ScanOptions procfs_opts;
+  procfs_opts.fd_source = FdSource::procfs;
+  auto a = scan_processes(root, kernel_opts);
+  auto b = scan_processes(root, procfs_opts);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (pid_t pid : {other_uid.pid(), in_ns.pid(), zombie.pid(), pid_t{1}}) {
+    const Process* x = find(*a, pid);
+    const Process* y = find(*b, pid);
+    ASSERT_NE(x, nullptr) << pid;
+    ASSERT_NE(y, nullptr) << pid;
+    EXPECT_EQ(x->tgid, y->tgid) << pid;
+    EXPECT_EQ(x->uid, y->uid) << pid;
+    EXPECT_EQ(x->nspid, y->nspid) << pid;
+    EXPECT_EQ(x->state, y->state) << pid;
+    EXPECT_EQ(x->comm, y->comm) << pid;
+    EXPECT_EQ(x->start_time, y->start_time) << pid;
+  }
+  EXPECT_EQ(find(*a, other_uid.pid())->uid, 4321u);
+  EXPECT_EQ(find(*a, zombie.pid())->state, 'Z');
+}
+
 TEST(KernelFds, RecordsMatchByInodeRdevOrMajor) {
   DeviceMatcher m;
   m.nodes.push_back(DeviceNode{"nvidia0", "/dev/nvidia0", makedev(195, 0), std::nullopt});
