@@ -560,8 +560,12 @@ void read_kernel_tasks(const Offsets& o, std::uint64_t ns_per_tick, KernelFdTabl
                           [&](const char* bytes) {
                             TaskRecord r{};
                             std::memcpy(&r, bytes, sizeof r);
-                            // Unreadable or nested deeper than recorded: status answers.
+                            // Unreadable (a failed read leaves a 0, never a
+                            // pid) or nested deeper than recorded: status answers.
                             if (r.uid == ~0U || r.level >= kMaxNsLevels) return;
+                            for (unsigned i = 0; i <= r.level; ++i) {
+                              if (r.nspid[i] == 0) return;
+                            }
                             KernelTask t;
                             t.tgid = static_cast<pid_t>(r.tgid);
                             t.uid = static_cast<uid_t>(r.uid);
