@@ -29,6 +29,11 @@ Summary summarize(const node::NodeSnapshot& snap, const std::vector<findings::Fi
 
 // The plan's trace table (PID, LOCAL_PID, STATE, GPU_MEM, LISTED, QOS, POD, NAMESPACE,
 // CONTAINER, COMMAND), then findings with advice, then the summary.
+// One entry of `processes` as compact JSON text, written directly: byte for
+// byte what json_text(trace_json(...)["processes"][i], -1) gives, without
+// building the object (the bulk of `trace --json` on a node of thousands).
+std::string process_json_text(const node::NodeSnapshot& snap, const node::ProcessRecord& r);
+
 std::string render_trace_table(const node::NodeSnapshot& snap,
                                const std::vector<findings::Finding>& found);
 // The same table written to `out` as it is built (a node of thousands of GPU

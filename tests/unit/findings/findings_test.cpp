@@ -276,6 +276,51 @@ TEST(Report, InvalidUtf8FromProcIsReplacedNotThrown) {
   EXPECT_EQ(doc["processes"][0]["comm"], "w\uFFFD\uFFFD");
 }
 
+TEST(Report, DirectProcessTextIsByteForByteTheTreesDump) {
+  // Every shape a process entry can take: host or pod, with or without pod
+  // metadata, deleted, listed with and without a number, several PID levels,
+  // and strings that need escaping or are not UTF-8.
+  Builder b;
+  b.device(0, kMiB, 0);
+  b.device(1, kMiB, 0);
+  auto host = process(10, 1, "plain");
+  host.cmdline = {"/usr/bin/python3", "train.py", "--lr=0.1"};
+  host.gpu_fds = {{"nvidia0", 2}, {"nvidiactl", 1}};
+  host.uid = 1000;
+  b.add(host);
+  b.list(0, 10, 3 * kMiB);
+  b.list(1, 10, std::nullopt);
+  auto odd = process(11, 10, "q\"u\\o\te\n\x01");
+  odd.cmdline = {"caf\xc3\xa9", "w\xff\xfe", "", "\x7f"};
+  odd.gpu_fds = {{"nvidia1", 1}};
+  odd.nspid = {11, 7, 1};
+  b.add(odd, in_pod("c1", "pod-a"));
+  auto bare = process(12, 1, "bare", 'D');
+  bare.gpu_fds = {{"nvidia-510:1", 4}};
+  container::ContainerInfo no_meta;
+  no_meta.ref.id = std::string(64, 'f');
+  no_meta.ref.runtime = container::Runtime::crio;
+  no_meta.ref.pod_uid = "";
+  no_meta.deleted = true;
+  b.add(bare, no_meta);
+  auto empty_pod = process(13, 1, "");
+  empty_pod.gpu_fds = {{"nvidia0", 1}};
+  auto c = in_pod("c2", "");
+  c.meta->pod_namespace = "";
+  b.add(empty_pod, c);
+  auto snap = b.build();
+
+  const auto tree = gpureap::report::trace_json(snap, {});
+  ASSERT_EQ(tree["processes"].size(), 4u);
+  for (std::size_t i = 0; i < tree["processes"].size(); ++i) {
+    const auto pid = tree["processes"][i]["pid"].get<pid_t>();
+    const auto* r = snap.find(pid);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(gpureap::report::process_json_text(snap, *r), gpureap::report::json_text(tree["processes"][i], -1))
+        << "pid " << pid;
+  }
+}
+
 }  // namespace
 
 namespace {
