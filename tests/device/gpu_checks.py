@@ -349,6 +349,68 @@ def check_init_gpu_grace(handle, baseline):
     return tini, ours
 
 
+RANK_WORKER_PATH = "/tmp/gpureap_rank_worker.py"
+RANK_WORKER = r"""
+import os, sys, time, json, torch
+x = torch.empty(int(sys.argv[1]), dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print(json.dumps({"pid": os.getpid(), "rank": int(os.environ["RANK"])}), flush=True)
+while True: time.sleep(3600)
+"""
+RANK_BYTES = 512 * MIB
+
+
+def check_nccl_missing_rank_one_gpu(handle, baseline):
+    # Issue 6's detection on real NVIDIA hardware. NCCL refuses two ranks on one
+    # GPU ("Duplicate GPU detected"), so these are stand-in ranks: PyTorch
+    # processes with a job's torch.distributed environment holding real CUDA
+    # memory, no collectives. Two jobs of three ranks each, one with error
+    # handling off (hangs), one with it on (watchdog); rank 0 of each is killed.
+    jobs = {"hang": "0", "watchdog": "1"}
+    ranks = {}
+    for verdict, aeh in jobs.items():
+        run_id = f"onegpu-{verdict}-{os.getpid()}"
+        for r in range(3):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="3", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="3",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + len(ranks)),
+                       TORCHELASTIC_RUN_ID=run_id, TORCH_NCCL_ASYNC_ERROR_HANDLING=aeh)
+            for k in ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT", "NCCL_ASYNC_ERROR_HANDLING"):
+                env.pop(k, None)
+            p = spawn([sys.executable, RANK_WORKER_PATH, str(RANK_BYTES)], env=env)
+            ranks[(verdict, r)] = (p, run_id)
+    for p, _ in ranks.values():
+        ready(p, timeout=120)
+    wait_held(handle, baseline, 6 * RANK_BYTES)
+    for verdict in jobs:
+        p, _ = ranks[(verdict, 0)]
+        kill(p)
+        reap(p)
+    listed = nvml_pids(handle)
+    rc, doc, err = trace()
+    rows = []
+    ok = rc == 1
+    for verdict in jobs:
+        run_id = ranks[(verdict, 0)][1]
+        survivors = sorted(ranks[(verdict, r)][0].pid for r in (1, 2))
+        nvml_mem = sum(listed.get(pid, 0) for pid in survivors)
+        found = [f for f in doc.get("findings", []) if f["kind"] == "nccl_missing_rank"
+                 and (f.get("group") or {}).get("run_id") == run_id]
+        g = found[0]["group"] if found else {}
+        got = sorted(s.get("pid") for s in g.get("survivors", []))
+        good = (len(found) == 1 and g.get("missing_local_ranks") == [0] and got == survivors
+                and g.get("survivor_memory") == nvml_mem and g.get("watchdog") == verdict)
+        ok = ok and good
+        rows.append(f"{verdict}: reported {len(found)}, missing {g.get('missing_local_ranks')}, "
+                    f"survivors {got == survivors}, memory {g.get('survivor_memory', 0) // MIB} MiB "
+                    f"(NVML {nvml_mem // MIB} MiB), watchdog {g.get('watchdog')!r}")
+    for p, _ in ranks.values():
+        kill(p)
+        reap(p)
+    wait_release(handle, baseline)
+    record("nccl_missing_rank on one GPU (stand-in ranks, no NCCL)", ok, f"trace exit {rc}; " + "; ".join(rows))
+
+
 def check_prestop(handle, baseline):
     if subprocess.run([GPUREAP, "prestop", "--help"], capture_output=True).returncode != 0:
         record("prestop in a PID namespace with real CUDA workers", False, "prestop not built")
@@ -390,6 +452,8 @@ def main():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     with open(TORCH_WORKER_PATH, "w") as f:
         f.write(TORCH_WORKER)
+    with open(RANK_WORKER_PATH, "w") as f:
+        f.write(RANK_WORKER)
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     driver = pynvml.nvmlSystemGetDriverVersion()
@@ -410,6 +474,7 @@ def main():
         ("observe in a PID namespace", lambda: check_observe_in_namespace(handle, baseline)),
         ("init --gpu-grace", lambda: check_init_gpu_grace(handle, baseline)),
         ("prestop", lambda: check_prestop(handle, baseline)),
+        ("nccl_missing_rank on one GPU", lambda: check_nccl_missing_rank_one_gpu(handle, baseline)),
     ]
     try:
         for check_name, c in checks:

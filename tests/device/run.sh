@@ -13,6 +13,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 "$BIN/gpureap" --version || { echo "gpureap does not run here:"; ldd "$BIN/gpureap"; exit 2; }
 PYTHONUNBUFFERED=1 python3 tests/device/gpu_checks.py 2>&1 | tee "$out/gpu-run.log"
 rc=${PIPESTATUS[0]}
+# Issue 6's scenario S7 needs two or more GPUs; on one it says so and exits 2.
+bash tests/device/nccl/run_s7.sh 2>&1 | tee "$out/s7.txt"
+echo "run_s7.sh exit ${PIPESTATUS[0]}" | tee -a "$out/s7.txt"
 "$BIN/gpureap" snapshot --gpu nvml -o "$out/snapshot-idle.json" || true
 # The scan benchmark on this machine's kernel (not a paravirtualised dev VM):
 # 2,000 processes x 25 descriptors, trace vs fuser and lsof in the same run.

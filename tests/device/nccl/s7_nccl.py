@@ -242,7 +242,9 @@ def driver_main(args):
         ngpu = 0
     ranks = args.ranks or min(ngpu, 3)
     if ranks < 2 or ngpu < ranks:
-        print(f"S7 needs >= 2 GPUs (found {ngpu}, asked {ranks})", file=sys.stderr)
+        asked = f", asked {args.ranks}" if args.ranks else ""
+        print(f"S7 needs >= 2 GPUs: NCCL refuses two ranks on one GPU (found {ngpu}{asked})",
+              file=sys.stderr)
         return 2
 
     run_id = f"s7-{variant}-{uuid.uuid4().hex[:8]}"
