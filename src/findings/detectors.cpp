@@ -162,7 +162,7 @@ std::vector<Finding> detect_orphans(const NodeSnapshot& snap) {
 std::vector<Finding> detect_orphaned_contexts(const NodeSnapshot& snap) {
   std::vector<Finding> out;
   for (const auto& l : snap.listings) {
-    if (l.match != node::PidMatch::dead) continue;
+    if (!node::names_gone_process(l.match)) continue;
     const auto dead = static_cast<pid_t>(l.entry.pid);
     const std::string device_name = [&] {
       for (const auto& d : snap.gpu.devices) {
@@ -175,21 +175,39 @@ std::vector<Finding> detect_orphaned_contexts(const NodeSnapshot& snap) {
     f.severity = Severity::critical;
     f.pid = dead;
     f.device = l.device_index;
-    f.message = fmt::format(
-        "the driver lists pid {} on GPU {} ({}) but no such process exists: its context "
-        "outlives it",
-        dead, l.device_index,
-        l.entry.used_memory ? fmt::format("{} MiB", *l.entry.used_memory >> 20) : "memory n/a");
+    const std::string memory =
+        l.entry.used_memory ? fmt::format("{} MiB", *l.entry.used_memory >> 20) : "memory n/a";
+    if (l.match == node::PidMatch::stale && l.record) {
+      const auto& now = snap.records[*l.record].process;
+      f.message = fmt::format(
+          "the driver lists pid {} on GPU {} ({}) but {}: its context outlives the process that "
+          "made it",
+          dead, l.device_index, memory,
+          now.zombie()
+              ? fmt::format("that process ({}) is a zombie and holds no GPU descriptor", now.comm)
+              : fmt::format("pid {} is now {}, which holds no GPU descriptor (the pid "
+                            "was reused)",
+                            dead, now.comm));
+    } else {
+      f.message = fmt::format(
+          "the driver lists pid {} on GPU {} ({}) but no such process exists: its context "
+          "outlives it",
+          dead, l.device_index, memory);
+    }
     // Likely inheritors: live holders that share the dead process's group or
     // session (children keep them after the parent dies), then holders of the
     // same device the driver does not list (fork-inherited descriptors).
+    // A live process that took the PID owns the group and session of that
+    // number now (the kernel reuses no PID still naming a group or session).
+    const bool reused =
+        l.match == node::PidMatch::stale && l.record && !snap.records[*l.record].process.zombie();
     std::set<pid_t> named;
     for (const auto& r : snap.records) {
       if (!holds_gpu(r) || r.process.zombie() || r.process.pid == snap.self_pid) continue;
       std::string reason;
-      if (r.process.pgrp == dead) {
+      if (!reused && r.process.pgrp == dead) {
         reason = "same process group";
-      } else if (r.process.session == dead) {
+      } else if (!reused && r.process.session == dead) {
         reason = "same session";
       } else if (!r.listed()) {
         bool same_device = std::any_of(r.process.gpu_fds.begin(), r.process.gpu_fds.end(),

@@ -23,6 +23,10 @@ class GpuBackend {
   [[nodiscard]] virtual proc::DeviceMatcher device_matcher() const = 0;
   // Why the backend has no devices, said once by the caller (empty when it has some).
   [[nodiscard]] virtual std::string unavailable_reason() const { return {}; }
+  // Whether every process it lists must hold one of device_matcher()'s
+  // descriptors here, so that one holding none is not the owner: true for a
+  // live driver; a replayed snapshot may describe another machine.
+  [[nodiscard]] virtual bool listed_processes_hold_descriptors() const { return true; }
 };
 
 // Parses "auto" | "nvml" | "sim" | "json:FILE" | "none". Bad specs are an Error naming the value.

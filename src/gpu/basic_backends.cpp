@@ -52,6 +52,12 @@ class JsonBackend final : public GpuBackend {
     return first_.devices.empty() ? "replayed snapshot " + path_ + " has no devices" : std::string();
   }
 
+  // Only where this node has NVIDIA device nodes: without them the replay is of
+  // another machine (or a test's fiction) and its PIDs' descriptors prove nothing.
+  [[nodiscard]] bool listed_processes_hold_descriptors() const override {
+    return !real_device_matcher(root_).nodes.empty();
+  }
+
  private:
   std::string path_;
   sys::HostRoot root_;

@@ -10,6 +10,7 @@ std::string_view to_string(PidMatch m) {
     case PidMatch::thread: return "thread";
     case PidMatch::namespace_: return "namespace";
     case PidMatch::dead: return "dead";
+    case PidMatch::stale: return "stale";
   }
   return "dead";
 }
@@ -127,9 +128,17 @@ void match_listings(NodeSnapshot& snap, const ReadOne& read_one) {
       continue;
     }
     listing.record = idx;
+    // A context lives in its holders' descriptors: a process of that PID whose
+    // table we read and found no GPU descriptor in cannot be its owner.
+    const auto& p = snap.records[*idx].process;
+    if (listing.match == PidMatch::host && snap.gpu_descriptors_visible && p.fds_readable &&
+        p.gpu_fds.empty()) {
+      listing.match = PidMatch::stale;
+    }
   }
   for (std::size_t li = 0; li < snap.listings.size(); ++li) {
-    if (snap.listings[li].record) snap.records[*snap.listings[li].record].listings.push_back(li);
+    const auto& l = snap.listings[li];
+    if (l.record && !names_gone_process(l.match)) snap.records[*l.record].listings.push_back(li);
   }
 }
 

@@ -27,14 +27,25 @@ enum class PidMatch {
   thread,     // the driver's PID is a thread id; matched to its Tgid
   namespace_, // the driver's PID is a container-local PID (NSpid innermost) of a GPU holder
   dead,       // no process has this PID: the driver keeps listing a process that is gone
+  // A process has this PID but holds no GPU descriptor (its descriptor table was
+  // read): not the context's owner. The listed process is gone and its PID was
+  // reused, or it is a zombie whose descriptors a forked child inherited.
+  stale,
 };
 std::string_view to_string(PidMatch m);
+// The driver lists a process that no longer holds the context: its memory is an
+// orphaned context whoever holds it now.
+[[nodiscard]] constexpr bool names_gone_process(PidMatch m) {
+  return m == PidMatch::dead || m == PidMatch::stale;
+}
 
 struct DriverListing {
   unsigned device_index = 0;
   gpu::GpuProcess entry;                 // as the driver gave it
   PidMatch match = PidMatch::dead;
-  std::optional<std::size_t> record;     // index into NodeSnapshot::records when not dead
+  // Index into NodeSnapshot::records: the matched process; for `stale`, the one
+  // that has the PID now (the listing is not attributed to it); none when dead.
+  std::optional<std::size_t> record;
 };
 
 struct ProcessRecord {
@@ -57,6 +68,10 @@ struct NodeSnapshot {
   std::string gpu_unavailable_reason;  // said once when the backend has no devices
   gpu::GpuSnapshot gpu;
   std::vector<DriverListing> listings;
+  // Every listed process must hold a descriptor the scan recognises (a live
+  // driver or the simulated device). False for a snapshot replayed on a machine
+  // without NVIDIA nodes, where holding none proves nothing (no `stale` match).
+  bool gpu_descriptors_visible = false;
 
   [[nodiscard]] const ProcessRecord* find(pid_t pid) const;
   // Memory the driver attributes to this record (sum over its listings); nullopt when

@@ -68,6 +68,7 @@ sys::Result<NodeSnapshot> take_snapshot(const sys::HostRoot& root, gpu::GpuBacke
     }
   }
 
+  snap.gpu_descriptors_visible = !devices.empty() && backend.listed_processes_hold_descriptors();
   match_listings(snap, [&](pid_t pid) -> std::optional<proc::Process> {
     auto one = proc::read_process(root, pid, scan_options);
     if (!one) return std::nullopt;

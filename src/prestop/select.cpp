@@ -57,11 +57,17 @@ Selection select_targets(const node::NodeSnapshot& snap, const SelfIdentity& sel
   // Listings that name no process here: a host PID seen from inside a container,
   // or a dead creator whose context someone else holds (that holder is found by
   // its descriptors). Either way there is nothing here to signal under that number.
+  // A listed PID whose process here holds no GPU descriptor is not signalled either.
   for (const auto& l : snap.listings) {
-    if (l.match != node::PidMatch::dead) continue;
+    if (!node::names_gone_process(l.match)) continue;
     Skipped s;
     s.driver_pid = l.entry.pid;
     s.reason = SkipReason::not_a_process_here;
+    if (l.match == node::PidMatch::stale && l.record) {
+      s.reason = SkipReason::no_gpu_descriptor;
+      s.pid = snap.records[*l.record].process.pid;
+      s.comm = snap.records[*l.record].process.comm;
+    }
     out.skipped.push_back(std::move(s));
   }
 

@@ -323,10 +323,17 @@ json head_json(const node::NodeSnapshot& snap) {
 json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found) {
   json dead = json::array();
   for (const auto& l : snap.listings) {
-    if (l.match != node::PidMatch::dead) continue;
+    if (!node::names_gone_process(l.match)) continue;
+    json now = nullptr;  // the process that has the PID now, for a stale listing
+    if (l.match == node::PidMatch::stale && l.record) {
+      const auto& p = snap.records[*l.record].process;
+      now = {{"comm", p.comm}, {"state", std::string(1, p.state)}};
+    }
     dead.push_back({{"gpu", l.device_index},
                     {"pid", l.entry.pid},
-                    {"used_memory", nullable(l.entry.used_memory)}});
+                    {"used_memory", nullable(l.entry.used_memory)},
+                    {"pid_match", node::to_string(l.match)},
+                    {"pid_now", now}});
   }
   const Summary s = summarize(snap, found);
   return {{"dead_listed", dead},

@@ -34,7 +34,11 @@ std::string render_node_report(const node::NodeSnapshot& snap,
     if (l.record) {
       const auto& p = snap.records[*l.record].process;
       who = fmt::format("{} state {}", p.comm, p.state);
-      if (l.match != node::PidMatch::host) who += fmt::format(" (matched as {})", node::to_string(l.match));
+      if (l.match == node::PidMatch::stale) {
+        who += " holds no GPU descriptor: not the owner (stale pid)";
+      } else if (l.match != node::PidMatch::host) {
+        who += fmt::format(" (matched as {})", node::to_string(l.match));
+      }
     }
     out += fmt::format("  gpu {}  pid {:<8} {:>10}  {}\n", l.device_index, l.entry.pid,
                        l.entry.used_memory ? format_bytes(*l.entry.used_memory) : "n/a", who);

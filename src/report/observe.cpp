@@ -140,7 +140,7 @@ struct Evidence {
 // that number holds no GPU descriptor at all (with readable fds): a host PID that
 // happens to equal a local one.
 bool credible_match(const NodeSnapshot& snap, const node::DriverListing& l) {
-  if (l.match == PidMatch::dead || !l.record) return false;
+  if (node::names_gone_process(l.match) || !l.record) return false;
   const auto& p = snap.records[*l.record].process;
   if (!live(snap.records[*l.record])) return false;
   return !p.gpu_fds.empty() || !p.fds_readable;

@@ -17,7 +17,7 @@ Summary summarize(const node::NodeSnapshot& snap, const std::vector<findings::Fi
     if (r.process.zombie()) ++s.zombies;
   }
   for (const auto& l : snap.listings) {
-    if (l.match == node::PidMatch::dead) ++s.dead_listed;
+    if (node::names_gone_process(l.match)) ++s.dead_listed;
   }
   for (const auto& f : found) {
     if (f.kind == findings::Kind::orphan) ++s.orphans;

@@ -82,7 +82,7 @@ Row row_for(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
 
 namespace {
 
-Row dead_row(const node::DriverListing& l) {
+Row dead_row(const node::NodeSnapshot& snap, const node::DriverListing& l) {
   Row row;
   row.pid = std::to_string(l.entry.pid);
   row.local = "-";
@@ -91,6 +91,11 @@ Row dead_row(const node::DriverListing& l) {
   row.listed = "Y";
   row.qos = "-";
   row.pod = "(no such process: orphaned context)";
+  if (l.match == node::PidMatch::stale && l.record) {
+    const auto& now = snap.records[*l.record].process;
+    row.pod = now.zombie() ? "(a zombie now, holds no GPU fd: orphaned context)"
+                           : "(pid reused by " + now.comm + ": orphaned context)";
+  }
   row.ns = "-";
   row.container = "-";
   row.command = "-";
@@ -105,7 +110,7 @@ void for_each_row(const node::NodeSnapshot& snap, Fn&& fn) {
     fn(row_for(snap, r));
   }
   for (const auto& l : snap.listings) {
-    if (l.match == node::PidMatch::dead) fn(dead_row(l));
+    if (node::names_gone_process(l.match)) fn(dead_row(snap, l));
   }
 }
 

@@ -50,6 +50,8 @@ inline container::ContainerInfo pod_container(std::string id, std::string pod,
 
 class SnapshotBuilder {
  public:
+  // As on a GPU node: the scan could see device descriptors.
+  SnapshotBuilder() { snap_.gpu_descriptors_visible = true; }
   node::ProcessRecord& add(proc::Process p, std::optional<container::ContainerInfo> c = std::nullopt) {
     node::ProcessRecord r;
     r.process = std::move(p);

@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -274,6 +278,110 @@ TEST_F(TraceIntegration, ForkInheritedContextIsAnOrphanedContextNamingTheChild) 
   EXPECT_EQ(table.exit_code, 1);
   EXPECT_NE(table.out.find("DEAD"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("orphaned_context"), std::string::npos);
+}
+
+TEST_F(TraceIntegration, AZombieCreatorIsStaleAndItsOrphanedContextNamesTheChild) {
+  Strays strays;
+  Child creator = Child::spawn({kWorker, "fork-after-init", "--gpu", "sim", "--device", "0",
+                                "--bytes", std::to_string(512 * kMiB)},
+                               env_);
+  json ready = ready_line(creator);
+  ASSERT_TRUE(ready.contains("child")) << ready.dump();
+  const auto child = ready["child"].get<pid_t>();
+  strays.add(child);
+  const pid_t creator_pid = creator.pid();
+
+  // Killed and left unreaped: the pid stays, a zombie, and the driver (here the
+  // simulated one) keeps listing it while the child holds the context.
+  ASSERT_EQ(::kill(creator_pid, SIGKILL), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(creator_pid), &info, WEXITED | WNOWAIT), 0);
+  json doc = trace(1);
+  auto ctx = findings_of(doc, "orphaned_context");
+  const json* mine = nullptr;
+  for (const json* f : ctx) {
+    if ((*f)["pid"] == creator_pid) mine = f;
+  }
+  ASSERT_NE(mine, nullptr) << doc.dump(2);
+  EXPECT_NE((*mine)["message"].get<std::string>().find("is a zombie and holds no GPU descriptor"),
+            std::string::npos)
+      << mine->dump(2);
+  bool named = false;
+  for (const auto& h : (*mine)["holders"]) named = named || h["pid"].get<pid_t>() == child;
+  EXPECT_TRUE(named) << mine->dump(2);
+  const json* listing = nullptr;
+  for (const auto& d : doc["dead_listed"]) {
+    if (d["pid"] == creator_pid) listing = &d;
+  }
+  ASSERT_NE(listing, nullptr) << doc["dead_listed"].dump();
+  EXPECT_EQ((*listing)["pid_match"], "stale");
+  EXPECT_EQ((*listing)["pid_now"]["state"], "Z");
+  // The zombie is reported as one, and is not shown holding the memory.
+  const json* z = find_process(doc, creator_pid);
+  ASSERT_NE(z, nullptr);
+  EXPECT_FALSE((*z)["listed"].get<bool>());
+  EXPECT_TRUE((*z)["gpu_memory"].is_null()) << z->dump();
+}
+
+// A replayed driver listing whose PID belongs to a live process holding no GPU
+// descriptor: on a node with NVIDIA nodes that is a reused PID, never the owner;
+// on one without (nothing could hold a descriptor) it is taken as listed.
+TEST_F(TraceIntegration, AListedPidWithoutDescriptorsIsStaleOnlyWhereNodesExist) {
+  Child sleeper = Child::spawn({"/bin/sleep", "600"});
+  const pid_t pid = sleeper.pid();
+  const std::string replay = tmp_ / "gpu.json";
+  {
+    json snap = {{"driver_version", "580.159.04"},
+                 {"devices",
+                  {{{"index", 0},
+                    {"uuid", "GPU-11111111-2222-3333-4444-555555555555"},
+                    {"minor", 0},
+                    {"name", "NVIDIA H200"},
+                    {"memory", {{"total", 150 * 1024 * kMiB}, {"used", 700 * kMiB}, {"reserved", 0}}},
+                    {"processes", {{{"pid", pid}, {"used_memory", 700 * kMiB}}}}}}}};
+    std::ofstream(replay) << snap.dump();
+  }
+  auto run_json = [&]() {
+    auto r = gpureap::testing::run(
+        {kGpureap, "trace", "--host-root", host_, "--gpu", "json:" + replay, "--json"}, env_);
+    auto doc = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << r.out << r.err;
+    return std::make_pair(r.exit_code, doc);
+  };
+
+  // No /dev/nvidia* under this host root.
+  auto [plain_exit, plain] = run_json();
+  EXPECT_TRUE(plain_exit == 0 || plain_exit == 1) << plain_exit;
+  const json* p = find_process(plain, pid);
+  ASSERT_NE(p, nullptr) << plain.dump(2);
+  EXPECT_TRUE((*p)["listed"].get<bool>());
+  EXPECT_EQ((*p)["gpu_memory"], 700 * kMiB);
+
+  // The node's /dev gets nvidia0 (195:0): now the sleeper cannot be the owner.
+  fs::create_directories(host_ + "/dev");
+  ASSERT_EQ(::mknod((host_ + "/dev/nvidia0").c_str(), S_IFCHR | 0600, makedev(195, 0)), 0)
+      << std::strerror(errno);
+  auto [exit_code, doc] = run_json();
+  EXPECT_EQ(exit_code, 1);
+  // Shown, as a process a finding names, but not holding the memory.
+  const json* now = find_process(doc, pid);
+  ASSERT_NE(now, nullptr) << doc.dump(2);
+  EXPECT_FALSE((*now)["listed"].get<bool>());
+  EXPECT_TRUE((*now)["gpu_memory"].is_null());
+  auto ctx = findings_of(doc, "orphaned_context");
+  ASSERT_EQ(ctx.size(), 1U) << doc.dump(2);
+  EXPECT_EQ((*ctx[0])["pid"], pid);
+  EXPECT_NE((*ctx[0])["message"].get<std::string>().find("is now sleep, which holds no GPU descriptor"),
+            std::string::npos)
+      << ctx[0]->dump(2);
+  ASSERT_EQ(doc["dead_listed"].size(), 1U);
+  EXPECT_EQ(doc["dead_listed"][0]["pid_match"], "stale");
+  EXPECT_EQ(doc["dead_listed"][0]["pid_now"]["comm"], "sleep");
+  EXPECT_EQ(doc["summary"]["dead_listed"], 1);
+
+  auto table = gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "json:" + replay}, env_);
+  EXPECT_EQ(table.exit_code, 1);
+  EXPECT_NE(table.out.find("(pid reused by sleep: orphaned context)"), std::string::npos) << table.out;
 }
 
 TEST_F(TraceIntegration, RuncContainerWithZombieAndOrphanIsMappedAndFlagged) {

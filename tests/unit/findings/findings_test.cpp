@@ -75,6 +75,52 @@ TEST(MatchListings, HostPidWithoutDescriptorsLosesToTheNamespacePidThatHoldsTheG
   EXPECT_EQ(snap.records[*snap.listings[0].record].process.pid, 300);
 }
 
+TEST(MatchListings, ALiveHostPidHoldingNoGpuDescriptorIsStaleAndNotAttributed) {
+  Builder b;
+  b.device(0, 0, 0);
+  auto reused = process(400, 1, "bash");  // the driver's pid 400, reused by a shell
+  reused.fds_readable = true;
+  b.add(reused);
+  auto unknown = process(500, 1, "secret");  // its descriptors could not be read
+  b.add(unknown);
+  auto zombie = process(600, 1, "python3", 'Z');  // the creator, exited, not reaped
+  zombie.fds_readable = true;
+  b.add(zombie);
+  auto owner = process(700, 1, "trainer");
+  owner.fds_readable = true;
+  owner.gpu_fds = {{"nvidia0", 2}};
+  b.add(owner);
+  b.list(0, 400, kMiB);
+  b.list(0, 500, kMiB);
+  b.list(0, 600, kMiB);
+  b.list(0, 700, kMiB);
+  auto snap = b.build();
+  EXPECT_EQ(snap.listings[0].match, PidMatch::stale);
+  EXPECT_EQ(snap.records[*snap.listings[0].record].process.pid, 400);  // who has the pid now
+  EXPECT_FALSE(snap.find(400)->listed());
+  EXPECT_EQ(snap.gpu_memory(*snap.find(400)), std::nullopt);
+  EXPECT_EQ(snap.listings[1].match, PidMatch::host);  // unknown: not called stale
+  EXPECT_TRUE(snap.find(500)->listed());
+  EXPECT_EQ(snap.listings[2].match, PidMatch::stale);
+  EXPECT_EQ(snap.listings[3].match, PidMatch::host);
+  EXPECT_TRUE(gpureap::node::names_gone_process(PidMatch::stale));
+  EXPECT_FALSE(gpureap::node::names_gone_process(PidMatch::host));
+}
+
+TEST(MatchListings, WithoutAnyDeviceNodeHoldingNoDescriptorProvesNothing) {
+  // A snapshot replayed (--gpu json:FILE) on a machine with no NVIDIA node.
+  Builder b;
+  b.snapshot().gpu_descriptors_visible = false;
+  b.device(0, 0, 0);
+  auto p = process(400, 1, "python3");
+  p.fds_readable = true;
+  b.add(p);
+  b.list(0, 400, kMiB);
+  auto snap = b.build();
+  EXPECT_EQ(snap.listings[0].match, PidMatch::host);
+  EXPECT_EQ(snap.gpu_memory(*snap.find(400)), kMiB);
+}
+
 TEST(MatchListings, ProcessStartedAfterTheScanIsInsertedInPidOrder) {
   Builder b;
   b.device(0, 0, 0);
@@ -168,6 +214,55 @@ TEST(DetectOrphanedContexts, NoHolderSaysSoAndAdvisesAReset) {
   EXPECT_TRUE(found[0].holders.empty());
   EXPECT_NE(found[0].message.find("memory n/a"), std::string::npos);
   EXPECT_NE(found[0].advice.find("reset"), std::string::npos);
+}
+
+TEST(DetectOrphanedContexts, AZombieCreatorIsStaleAndItsGroupStillNamesTheChild) {
+  Builder b;
+  b.device(0, 2048 * kMiB, 0);
+  auto creator = process(600, 1, "python3", 'Z');
+  creator.fds_readable = true;
+  b.add(creator);
+  auto child = process(601, 600, "python3");
+  child.pgrp = 600;
+  child.fds_readable = true;
+  child.gpu_fds = {{"nvidia0", 30}};
+  b.add(child);
+  b.list(0, 600, 2048 * kMiB);
+  auto snap = b.build();
+  auto found = gpureap::findings::detect_orphaned_contexts(snap);
+  ASSERT_EQ(found.size(), 1U);
+  EXPECT_EQ(found[0].pid, 600);
+  EXPECT_NE(found[0].message.find("is a zombie and holds no GPU descriptor"), std::string::npos)
+      << found[0].message;
+  ASSERT_EQ(found[0].holders.size(), 1U);
+  EXPECT_EQ(found[0].holders[0].pid, 601);
+  EXPECT_EQ(found[0].holders[0].reason, "same process group");
+  EXPECT_EQ(gpureap::report::summarize(snap, found).dead_listed, 1U);
+}
+
+TEST(DetectOrphanedContexts, AReusedPidNamesTheNewProcessButNotItsGroup) {
+  Builder b;
+  b.device(0, 2048 * kMiB, 0);
+  auto shell = process(600, 1, "bash");  // took pid 600 after the creator died
+  shell.fds_readable = true;
+  b.add(shell);
+  auto shells_job = process(650, 600, "nvidia-smi");  // in the shell's group, own context
+  shells_job.pgrp = 600;
+  shells_job.fds_readable = true;
+  shells_job.gpu_fds = {{"nvidia1", 1}};
+  b.add(shells_job);
+  auto heir = process(601, 1, "python3");  // the creator's child, in its own group now
+  heir.fds_readable = true;
+  heir.gpu_fds = {{"nvidia0", 30}};
+  b.add(heir);
+  b.list(0, 600, 2048 * kMiB);
+  auto found = gpureap::findings::detect_orphaned_contexts(b.build());
+  ASSERT_EQ(found.size(), 1U);
+  EXPECT_NE(found[0].message.find("pid 600 is now bash, which holds no GPU descriptor"),
+            std::string::npos)
+      << found[0].message;
+  ASSERT_EQ(found[0].holders.size(), 1U);
+  EXPECT_EQ(found[0].holders[0].pid, 601);
 }
 
 TEST(DetectHiddenHolders, SeverityByWhatIsHeldAndWhoHoldsIt) {

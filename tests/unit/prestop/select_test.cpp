@@ -11,7 +11,6 @@ namespace {
 
 using gpureap::node::DriverListing;
 using gpureap::node::NodeSnapshot;
-using gpureap::node::PidMatch;
 using gpureap::node::ProcessRecord;
 using gpureap::prestop::select_targets;
 using gpureap::prestop::SelectOptions;
@@ -43,27 +42,21 @@ ProcessRecord rec(pid_t pid, std::string comm, unsigned gpu_fds, std::optional<s
   return r;
 }
 
-// Records sorted by pid; listings (pid, matched record pid or dead) linked both ways.
-NodeSnapshot snapshot(std::vector<ProcessRecord> records,
-                      std::vector<std::pair<std::uint32_t, std::optional<pid_t>>> listings = {}) {
+// Records sorted by pid; the driver's PIDs matched as take_snapshot does.
+NodeSnapshot snapshot(std::vector<ProcessRecord> records, const std::vector<std::uint32_t>& driver_pids = {}) {
   NodeSnapshot s;
   std::sort(records.begin(), records.end(),
             [](const ProcessRecord& a, const ProcessRecord& b) { return a.process.pid < b.process.pid; });
   s.records = std::move(records);
-  for (const auto& [drv, to] : listings) {
+  s.gpu_descriptors_visible = true;
+  for (const std::uint32_t drv : driver_pids) {
     DriverListing l;
     l.device_index = 0;
     l.entry.pid = drv;
     l.entry.used_memory = 256ULL << 20;
-    if (to) {
-      l.match = PidMatch::host;
-      l.record = static_cast<std::size_t>(s.find(*to) - s.records.data());
-      s.records[*l.record].listings.push_back(s.listings.size());
-    } else {
-      l.match = PidMatch::dead;
-    }
     s.listings.push_back(l);
   }
+  gpureap::node::match_listings(s, nullptr);
   return s;
 }
 
@@ -98,8 +91,7 @@ std::optional<SkipReason> skip_of(const Selection& s, pid_t pid) {
 }
 
 TEST(PrestopSelect, DescriptorHoldersAndListedHoldersAreTargetsWithTheirListings) {
-  auto s = snapshot({rec(1, "tini", 0), rec(7, "python3", 3), rec(8, "python3", 2), rec(9, "bash", 0)},
-                    {{7, 7}});
+  auto s = snapshot({rec(1, "tini", 0), rec(7, "python3", 3), rec(8, "python3", 2), rec(9, "bash", 0)}, {7});
   auto sel = select(s, self());
   EXPECT_EQ(target_pids(sel), (std::vector<pid_t>{7, 8}));
   EXPECT_EQ(sel.targets[0].driver_pids, (std::vector<std::uint32_t>{7}));
@@ -112,7 +104,7 @@ TEST(PrestopSelect, DescriptorHoldersAndListedHoldersAreTargetsWithTheirListings
 }
 
 TEST(PrestopSelect, NeverPid1UnlessAskedNeverSelfNeverZombies) {
-  auto s = snapshot({rec(1, "worker", 3), rec(50, "gpureap", 4), rec(60, "dead", 1, std::nullopt, 'Z')}, {{1, 1}});
+  auto s = snapshot({rec(1, "worker", 3), rec(50, "gpureap", 4), rec(60, "dead", 1, std::nullopt, 'Z')}, {1});
   auto sel = select(s, self(50));
   EXPECT_TRUE(sel.targets.empty());
   EXPECT_EQ(skip_of(sel, 1), SkipReason::pid1);
@@ -147,19 +139,28 @@ TEST(PrestopSelect, InAContainerOnlyOurContainer) {
 TEST(PrestopSelect, DriverPidsThatNameNothingOrANonHolderAreNeverSignalled) {
   // Host PIDs seen from inside the container: 31337 names nothing here; 12
   // happens to be the local pid of a shell that holds no GPU descriptor.
-  auto s = snapshot({rec(7, "worker", 2), rec(12, "bash", 0)}, {{31337, std::nullopt}, {12, 12}});
+  auto s = snapshot({rec(7, "worker", 2), rec(12, "bash", 0)}, {31337, 12});
   auto sel = select(s, self());
   EXPECT_EQ(target_pids(sel), (std::vector<pid_t>{7}));
   EXPECT_EQ(skip_of(sel, 12), SkipReason::no_gpu_descriptor);
+  EXPECT_EQ(s.listings[1].match, gpureap::node::PidMatch::stale);
   bool dead_logged = false;
+  bool stale_logged = false;
   for (const auto& k : sel.skipped) {
     if (k.reason == SkipReason::not_a_process_here && k.driver_pid == 31337U) {
       dead_logged = true;
       EXPECT_EQ(gpureap::prestop::describe(k),
                 "driver pid 31337 is not a process of this container (host PID?): not signalled");
     }
+    if (k.reason == SkipReason::no_gpu_descriptor) {
+      stale_logged = true;
+      EXPECT_EQ(gpureap::prestop::describe(k),
+                "driver pid 12 names pid 12 (bash) here, which holds no GPU descriptor (host PID?): "
+                "not signalled");
+    }
   }
   EXPECT_TRUE(dead_logged);
+  EXPECT_TRUE(stale_logged);
 }
 
 TEST(PrestopSelect, EmptyContainerSelectsNothing) {
