@@ -252,6 +252,44 @@ def check_fork_orphaned_context(handle, baseline):
            f"released {t and round(t, 3)} s after the child's death")
 
 
+def check_zombie_creator_of_inherited_context(handle, baseline):
+    # The creator dies but is not reaped (its parent, this script, waits with
+    # WNOWAIT): does the driver keep listing the zombie's PID while the forked
+    # child holds the context? Either way trace must point at the child:
+    # listed -> orphaned_context (pid_match "stale", the zombie holds no
+    # descriptor) naming it; not listed -> the child is a hidden_holder.
+    p = spawn([WORKER, "fork-after-init", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
+    info = ready(p)
+    child = info["child"]
+    wait_held(handle, baseline, WORKER_BYTES)
+    kill(p)
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # a zombie now, not reaped
+    listed = p.pid in nvml_pids(handle)
+    rc, doc, err = trace()
+    stale = [d for d in doc.get("dead_listed", []) if d.get("pid") == p.pid]
+    ctx = [f for f in doc.get("findings", []) if f["kind"] == "orphaned_context" and f["pid"] == p.pid]
+    hidden = [f for f in doc.get("findings", []) if f["kind"] == "hidden_holder" and f["pid"] == child]
+    named = bool(ctx) and any(h["pid"] == child for h in ctx[0].get("holders", []))
+    if listed:
+        ok = named and bool(stale) and stale[0].get("pid_match") == "stale"
+        how = (f"pid_match {stale[0].get('pid_match') if stale else None}, finding names child {named}, "
+               f"message {ctx[0]['message'][:90] if ctx else None!r}")
+    else:
+        ok = bool(hidden)
+        how = f"child reported as hidden_holder {bool(hidden)}"
+    t0 = time.monotonic()
+    kill(child)
+    t = wait_release(handle, baseline)
+    t = t is not None and time.monotonic() - t0
+    reap(p)
+    try:
+        os.waitpid(child, 0)
+    except ChildProcessError:
+        pass
+    record("zombie creator, fork-inherited context: trace points at the child", ok and t is not False,
+           f"NVML lists the zombie's pid {listed}; {how}; released {t and round(t, 3)} s after the child's kill")
+
+
 def check_fd_sources_agree(handle, baseline):
     # The BPF descriptor iterator and the /proc walk must see the same NVIDIA
     # descriptors (char devices 195:N, nvidia-uvm's dynamic major), also the
@@ -470,6 +508,7 @@ def main():
         ("SIGKILL release", lambda: release_times.extend(check_sigkill_release(handle, baseline))),
         ("zombie", lambda: check_zombie(handle, baseline)),
         ("fork-inherited context", lambda: check_fork_orphaned_context(handle, baseline)),
+        ("zombie creator", lambda: check_zombie_creator_of_inherited_context(handle, baseline)),
         ("fd sources agree", lambda: check_fd_sources_agree(handle, baseline)),
         ("observe in a PID namespace", lambda: check_observe_in_namespace(handle, baseline)),
         ("init --gpu-grace", lambda: check_init_gpu_grace(handle, baseline)),
