@@ -291,6 +291,63 @@ json finding_json(const findings::Finding& f) {
   return one;
 }
 
+}  // namespace
+
+// Keys in nlohmann's (std::map) order, so the text is byte for byte json_text(finding_json).
+std::string finding_json_text(const findings::Finding& f) {
+  if (f.group) return json_text(finding_json(f), -1);  // a few per node: the tree is fine
+  std::string out = "{";
+  put_key(out, "advice", true);
+  put_string(out, f.advice);
+  put_key(out, "gpu");
+  if (f.device) {
+    put_number(out, *f.device);
+  } else {
+    out += "null";
+  }
+  if (f.kind == findings::Kind::orphaned_context) {
+    put_key(out, "holders");
+    out += '[';
+    for (std::size_t i = 0; i < f.holders.size(); ++i) {
+      const auto& h = f.holders[i];
+      if (i > 0) out += ',';
+      put_key(out += '{', "comm", true);
+      put_string(out, h.comm);
+      put_key(out, "pid");
+      put_number(out, h.pid);
+      put_key(out, "reason");
+      put_string(out, h.reason);
+      out += '}';
+    }
+    out += ']';
+  }
+  put_key(out, "kind");
+  put_string(out, findings::to_string(f.kind));
+  put_key(out, "message");
+  put_string(out, f.message);
+  put_key(out, "pid");
+  if (f.pid) {
+    put_number(out, *f.pid);
+  } else {
+    out += "null";
+  }
+  if (f.kind == findings::Kind::zombie) {
+    put_key(out, "pids");
+    out += '[';
+    for (std::size_t i = 0; i < f.pids.size(); ++i) {
+      if (i > 0) out += ',';
+      put_number(out, f.pids[i]);
+    }
+    out += ']';
+  }
+  put_key(out, "severity");
+  put_string(out, findings::to_string(f.severity));
+  out += '}';
+  return out;
+}
+
+namespace {
+
 // The processes a trace shows: every GPU-related one, and every one a finding
 // names (zombies, orphans). Not gpureap itself.
 std::vector<const node::ProcessRecord*> shown_processes(
@@ -398,7 +455,7 @@ bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   array("processes", shown.size(),
         [&](std::size_t i) { return process_json_text(snap, *shown[i]); });
   array("findings", found.size(),
-        [&](std::size_t i) { return json_text(finding_json(found[i]), -1); });
+        [&](std::size_t i) { return finding_json_text(found[i]); });
   const json tail = tail_json(snap, found);
   std::size_t left = tail.size();
   for (const auto& [key, value] : tail.items()) member(key, value, --left == 0);

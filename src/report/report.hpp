@@ -33,6 +33,8 @@ Summary summarize(const node::NodeSnapshot& snap, const std::vector<findings::Fi
 // byte what json_text(trace_json(...)["processes"][i], -1) gives, without
 // building the object (the bulk of `trace --json` on a node of thousands).
 std::string process_json_text(const node::NodeSnapshot& snap, const node::ProcessRecord& r);
+// One entry of `findings`, the same way.
+std::string finding_json_text(const findings::Finding& f);
 
 std::string render_trace_table(const node::NodeSnapshot& snap,
                                const std::vector<findings::Finding>& found);

@@ -460,4 +460,54 @@ TEST(Report, StreamedJsonIsTheSameDocumentAsTheTree) {
   std::fclose(full);
 }
 
+TEST(JsonText, FindingsAreWrittenByteForByteAsTheTree) {
+  using gpureap::findings::Finding;
+  std::vector<Finding> found;
+  Finding z;
+  z.kind = Kind::zombie;
+  z.severity = Severity::warning;
+  z.pid = 101;
+  z.pids = {101, 102, 103};
+  z.message = "3 zombies of \"sh\" (pid 100)\n";
+  z.advice = "run an init";
+  found.push_back(z);
+  Finding ctx;
+  ctx.kind = Kind::orphaned_context;
+  ctx.severity = Severity::critical;
+  ctx.pid = 600;
+  ctx.device = 1;
+  ctx.message = std::string("bad utf-8 \xff\xfe here, tab\t");
+  ctx.advice = "end them";
+  ctx.holders = {{601, "python3", "same process group"}, {700, "w\\x", "holds nvidia1"}};
+  found.push_back(ctx);
+  Finding none;
+  none.kind = Kind::orphaned_context;  // no holder at all
+  none.severity = Severity::critical;
+  none.pid = 4242;
+  found.push_back(none);
+  Finding ghost;
+  ghost.kind = Kind::ghost_memory;
+  ghost.severity = Severity::warning;
+  ghost.device = 0;  // no pid
+  ghost.message = "ghost";
+  found.push_back(ghost);
+  Finding nccl;
+  nccl.kind = Kind::nccl_missing_rank;
+  nccl.severity = Severity::critical;
+  nccl.pid = 4102;
+  auto g = std::make_shared<gpureap::findings::NcclGroup>();
+  g->scope = "host";
+  g->run_id = "job-a";
+  nccl.group = g;
+  found.push_back(nccl);
+
+  Builder b;
+  const auto tree = gpureap::report::trace_json(b.build(), found);
+  ASSERT_EQ(tree["findings"].size(), found.size());
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    EXPECT_EQ(gpureap::report::finding_json_text(found[i]), gpureap::report::json_text(tree["findings"][i], -1))
+        << "finding " << i;
+  }
+}
+
 }  // namespace
