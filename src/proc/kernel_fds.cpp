@@ -115,6 +115,11 @@ struct Offsets {
   struct Task {
     std::uint32_t real_cred, cred_uid, thread_pid, pid_level, pid_numbers, upid_nr, upid_size;
     std::uint32_t iter_func_id;
+    // What stat holds; unset when a member is missing (then stat is read).
+    struct Stat {
+      std::uint32_t real_parent, signal, signal_pids, comm, flags, state, exit_state;
+    };
+    std::optional<Stat> stat;
   };
   std::optional<Task> task;
 };
@@ -133,9 +138,19 @@ sys::Result<Offsets> kernel_offsets() {
                     {"pid", "numbers"},
                     {"upid", "nr"}};
   task_q.funcs = {"bpf_iter_task"};
+  BtfQuery stat_q;  // the task program's stat part, optional too
+  stat_q.members = {{"task_struct", "real_parent"}, {"task_struct", "signal"},
+                    {"signal_struct", "pids"},      {"task_struct", "comm"},
+                    {"task_struct", "flags"},       {"task_struct", "exit_state"}};
   BtfQuery both = q;
-  both.members.insert(both.members.end(), task_q.members.begin(), task_q.members.end());
-  both.funcs.insert(both.funcs.end(), task_q.funcs.begin(), task_q.funcs.end());
+  for (const BtfQuery* part : {&task_q, &stat_q}) {
+    both.members.insert(both.members.end(), part->members.begin(), part->members.end());
+    both.funcs.insert(both.funcs.end(), part->funcs.begin(), part->funcs.end());
+  }
+  // Renamed from `state` (a long) to `__state` (an int) in Linux 5.14; the low
+  // 32 bits are the same on little-endian machines.
+  both.members.push_back({"task_struct", "__state"});
+  both.members.push_back({"task_struct", "state"});
   int fd = ::open(kVmlinuxBtf, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return sys::errno_error(errno, std::string("open ") + kVmlinuxBtf);
   sys::UniqueFd owned(fd);
@@ -198,7 +213,16 @@ sys::Result<Offsets> kernel_offsets() {
                          m.at("pid.numbers"),
                          m.at("upid.nr"),
                          answer->struct_sizes.at("upid"),
-                         answer->func_ids.at("bpf_iter_task")};
+                         answer->func_ids.at("bpf_iter_task"),
+                         std::nullopt};
+    const auto state = m.count("task_struct.__state") != 0 ? m.find("task_struct.__state")
+                                                           : m.find("task_struct.state");
+    if (has_all(stat_q) && state != m.end()) {
+      task->stat = Offsets::Task::Stat{m.at("task_struct.real_parent"), m.at("task_struct.signal"),
+                                       m.at("signal_struct.pids"),      m.at("task_struct.comm"),
+                                       m.at("task_struct.flags"),       state->second,
+                                       m.at("task_struct.exit_state")};
+    }
   }
   return Offsets{m.at("task_struct.tgid"),
                  m.at("task_struct.pid"),
@@ -289,17 +313,83 @@ struct TaskRecord {
   std::uint64_t start_ns;  // start_boottime
   std::uint32_t level;     // thread_pid->level; all-ones when unreadable
   std::uint32_t nspid[kMaxNsLevels];
-  std::uint32_t pad;
+  std::uint32_t stat_ok;  // 1 when every field below was read
+  std::uint32_t ppid;     // real_parent->tgid
+  std::uint32_t pgrp;     // signal->pids[PIDTYPE_PGID]->numbers[0].nr
+  std::uint32_t session;  // signal->pids[PIDTYPE_SID]->numbers[0].nr
+  std::uint32_t flags;    // PF_*
+  std::uint32_t state;    // __state
+  std::uint32_t exit_state;
+  char comm[16];
 };
-static_assert(sizeof(TaskRecord) == 56);
+static_assert(sizeof(TaskRecord) == 96);
 constexpr short kTaskRec = -static_cast<short>(sizeof(TaskRecord));
+constexpr short kTaskScratch = kTaskRec - 8;  // one pointer read on the way
+// enum pid_type since Linux 4.19 (PIDTYPE_TGID added); iterators need 5.8+.
+constexpr std::uint32_t kPidTypePgid = 2;
+constexpr std::uint32_t kPidTypeSid = 3;
 
 short task_field(std::size_t offset_in_record) {
   return static_cast<short>(kTaskRec + static_cast<short>(offset_in_record));
 }
 
+// The task program reads through bpf_probe_read_kernel: values land on the
+// stack as scalars, so the verifier has no BTF pointer to judge. (On 6.x each
+// pointer loaded from a trusted pointer costs the verifier a linear search of
+// vmlinux BTF, ~1 ms; per task a helper call is cheap.) These use r0-r5 only:
+// r6 (ctx), r7 (task), r8, r9 survive.
+
+// `size` bytes at the address in r3 to the stack at `dst`; to `fail` on error.
+void probe_read_r3(Program& p, short dst, int size, int fail) {
+  p.mov(1, 10);
+  p.add_imm(1, dst);
+  p.mov_imm(2, size);
+  p.call(BPF_FUNC_probe_read_kernel);
+  p.jump(BPF_JNE, 0, 0, fail);
+}
+
+void probe_read_at(Program& p, int base, std::uint32_t offset, short dst, int size, int fail) {
+  p.mov(3, base);
+  p.add_imm(3, static_cast<int>(offset));
+  probe_read_r3(p, dst, size, fail);
+}
+
+// reg = the pointer in the scratch slot; to `fail` when it is NULL.
+void scratch_pointer(Program& p, int reg, int fail) {
+  p.ldx(BPF_DW, reg, 10, kTaskScratch);
+  p.jump(BPF_JEQ, reg, 0, fail);
+}
+
+// The stat part: any failed read leaves stat_ok 0, and the scan reads
+// /proc/PID/stat instead.
+void assemble_task_stat(Program& p, const Offsets& o, const Offsets::Task& t,
+                        const Offsets::Task::Stat& st, int done) {
+  auto rec = [](std::size_t offset) { return task_field(offset); };
+  probe_read_at(p, 7, st.flags, rec(offsetof(TaskRecord, flags)), 4, done);
+  probe_read_at(p, 7, st.state, rec(offsetof(TaskRecord, state)), 4, done);
+  probe_read_at(p, 7, st.exit_state, rec(offsetof(TaskRecord, exit_state)), 4, done);
+  probe_read_at(p, 7, st.comm, rec(offsetof(TaskRecord, comm)), 16, done);
+  probe_read_at(p, 7, st.real_parent, kTaskScratch, 8, done);
+  scratch_pointer(p, 3, done);
+  p.add_imm(3, static_cast<int>(o.task_tgid));
+  probe_read_r3(p, rec(offsetof(TaskRecord, ppid)), 4, done);
+  // Group and session: the struct pid of each in signal->pids[], then its
+  // number at level 0 (this reader is in the initial PID namespace).
+  for (auto [type, field] : {std::pair{kPidTypePgid, offsetof(TaskRecord, pgrp)},
+                             std::pair{kPidTypeSid, offsetof(TaskRecord, session)}}) {
+    probe_read_at(p, 7, st.signal, kTaskScratch, 8, done);
+    scratch_pointer(p, 3, done);
+    p.add_imm(3, static_cast<int>(st.signal_pids + 8 * type));
+    probe_read_r3(p, kTaskScratch, 8, done);
+    scratch_pointer(p, 3, done);
+    p.add_imm(3, static_cast<int>(t.pid_numbers + t.upid_nr));
+    probe_read_r3(p, rec(field), 4, done);
+  }
+  p.st(BPF_W, 10, rec(offsetof(TaskRecord, stat_ok)), 1);
+}
+
 std::vector<bpf_insn> assemble_task(const Offsets& o, const Offsets::Task& t, bool& fits) {
-  enum { kPid, kWrite, kExit };
+  enum { kPid, kWrite, kExit, kStatDone };
   Program p;
   p.mov(6, 1);                    // r6 = ctx (bpf_iter__task: {meta, task})
   p.ldx(BPF_DW, 7, 6, kCtxTask);  // r7 = ctx->task
@@ -310,20 +400,30 @@ std::vector<bpf_insn> assemble_task(const Offsets& o, const Offsets::Task& t, bo
   p.stx(BPF_W, 10, 2, task_field(offsetof(TaskRecord, tgid)));
   p.st(BPF_W, 10, task_field(offsetof(TaskRecord, uid)), -1);
   p.st(BPF_W, 10, task_field(offsetof(TaskRecord, level)), -1);
-  p.st(BPF_W, 10, task_field(offsetof(TaskRecord, pad)), 0);
   for (unsigned i = 0; i < kMaxNsLevels; ++i) {
     p.st(BPF_W, 10, task_field(offsetof(TaskRecord, nspid) + sizeof(std::uint32_t) * i), 0);
   }
+  // The stat part starts zeroed: a failed read leaves it so (and stat_ok 0).
+  for (std::size_t off = offsetof(TaskRecord, stat_ok); off < sizeof(TaskRecord); off += 4) {
+    p.st(BPF_W, 10, task_field(off), 0);
+  }
   p.ldx(BPF_DW, 2, 7, o.task_start);
   p.stx(BPF_DW, 10, 2, task_field(offsetof(TaskRecord, start_ns)));
-  p.ldx(BPF_DW, 4, 7, t.real_cred);  // r4 = task->real_cred
-  p.jump(BPF_JEQ, 4, 0, kPid);
-  p.ldx(BPF_W, 2, 4, t.cred_uid);
+  probe_read_at(p, 7, t.real_cred, kTaskScratch, 8, kPid);  // task->real_cred
+  scratch_pointer(p, 3, kPid);
+  p.add_imm(3, static_cast<int>(t.cred_uid));
+  probe_read_r3(p, kTaskScratch, 4, kPid);  // not into uid: a failed read zeroes (root)
+  p.ldx(BPF_W, 2, 10, kTaskScratch);
   p.stx(BPF_W, 10, 2, task_field(offsetof(TaskRecord, uid)));
   p.bind(kPid);
-  p.ldx(BPF_DW, 8, 7, t.thread_pid);  // r8 = task->thread_pid
-  p.jump(BPF_JEQ, 8, 0, kWrite);
-  p.ldx(BPF_W, 9, 8, t.pid_level);  // r9 = level
+  if (t.stat) assemble_task_stat(p, o, t, *t.stat, kStatDone);
+  p.bind(kStatDone);
+  probe_read_at(p, 7, t.thread_pid, kTaskScratch, 8, kWrite);
+  scratch_pointer(p, 8, kWrite);  // r8 = task->thread_pid
+  p.mov(3, 8);
+  p.add_imm(3, static_cast<int>(t.pid_level));
+  probe_read_r3(p, kTaskScratch, 4, kWrite);
+  p.ldx(BPF_W, 9, 10, kTaskScratch);  // r9 = level
   p.stx(BPF_W, 10, 9, task_field(offsetof(TaskRecord, level)));
   // numbers[] is a flexible array (numbers[1] before 5.x): read each level
   // with bpf_probe_read_kernel rather than a load the verifier may refuse.
@@ -573,7 +673,23 @@ void read_kernel_tasks(const Offsets& o, std::uint64_t ns_per_tick, KernelFdTabl
                             t.levels = static_cast<std::uint8_t>(r.level + 1);
                             for (unsigned i = 0; i < t.levels; ++i)
                               t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
-                            table.tasks.push_back(t);
+                            // Not for kernel threads: stat shows a worker's
+                            // or kthread's full name, longer than comm.
+                            constexpr std::uint32_t kPfKthread = 0x00200000;
+                            if (r.stat_ok == 1 && r.comm[0] != '\0' &&
+                                (r.flags & kPfKthread) == 0) {
+                              StatInfo st;
+                              st.pid = t.tgid;
+                              st.comm.assign(r.comm, strnlen(r.comm, sizeof r.comm));
+                              st.state = task_state_letter(r.state, r.exit_state);
+                              st.ppid = static_cast<pid_t>(r.ppid);
+                              st.pgrp = static_cast<pid_t>(r.pgrp);
+                              st.session = static_cast<pid_t>(r.session);
+                              st.flags = r.flags;
+                              st.start_time = t.start_ticks;
+                              t.stat = std::move(st);
+                            }
+                            table.tasks.push_back(std::move(t));
                           });
   if (!ran) {
     table.tasks.clear();
@@ -585,6 +701,19 @@ void read_kernel_tasks(const Offsets& o, std::uint64_t ns_per_tick, KernelFdTabl
 }
 
 }  // namespace
+
+char task_state_letter(std::uint32_t state, std::uint32_t exit_state) {
+  // include/linux/sched.h: TASK_REPORT is the low seven bits; TASK_IDLE is
+  // TASK_UNINTERRUPTIBLE | TASK_NOLOAD; rtlock waiters and frozen tasks
+  // (TASK_RTLOCK_WAIT, TASK_FROZEN) are reported as uninterruptible.
+  constexpr std::uint32_t kReport = 0x7f, kIdle = 0x402, kRtlockWait = 0x1000, kFrozen = 0x8000;
+  if ((state & kIdle) == kIdle) return 'I';
+  std::uint32_t s = (state | exit_state) & kReport;
+  if ((state & (kRtlockWait | kFrozen)) != 0) s = 2;
+  constexpr char kLetters[] = "RSDTtXZP";
+  const int index = s == 0 ? 0 : 32 - __builtin_clz(s);  // fls()
+  return kLetters[index];
+}
 
 const KernelFdSummary* KernelFdTable::find(pid_t tgid) const {
   auto it = std::lower_bound(processes.begin(), processes.end(), tgid,

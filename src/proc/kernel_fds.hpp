@@ -4,8 +4,9 @@
 // its BTF, no compiler, no libbpf) and emits one fixed record per descriptor;
 // this file counts them per process and matches them against the devices.
 // A second program, a task iterator, gives per process what /proc/PID/status
-// would (real uid, NSpid), so the scan reads one file less per process; it
-// is best effort (KernelFdTable::tasks_note says why it is missing).
+// and /proc/PID/stat would (real uid, NSpid; parent, group, session, state,
+// comm, start), so the scan reads two files less per process; it is best
+// effort (KernelFdTable::tasks_note says why it is missing).
 //
 // It answers only for the live kernel seen from its initial PID namespace:
 // any doubt (no BTF, no privilege, a host root whose /proc belongs to another
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "proc/device_matcher.hpp"
+#include "proc/parse.hpp"
 #include "proc/process.hpp"
 #include "sys/error.hpp"
 #include "sys/host_root.hpp"
@@ -44,7 +46,14 @@ struct KernelTask {
   std::uint64_t start_ticks = 0;  // as stat field 22: identity with the /proc entry
   std::uint8_t levels = 0;        // NSpid entries
   std::array<pid_t, 8> nspid{};   // outermost first
+  // What /proc/PID/stat would give, as the kernel's do_task_stat computes it
+  // for the initial PID namespace; unset when this kernel's BTF lacks a member.
+  std::optional<StatInfo> stat;
 };
+
+// The state letter /proc/PID/stat shows for a task's __state and exit_state
+// (fs/proc/array.c: task_state_index, then "RSDTtXZPI").
+char task_state_letter(std::uint32_t state, std::uint32_t exit_state);
 
 struct KernelFdTable {
   std::vector<KernelFdSummary> processes;  // sorted by tgid

@@ -235,26 +235,36 @@ struct Reader {
     }
     sys::UniqueFd pid_fd(pfd);
 
-    // stat first: it carries the start time that identifies this process.
-    if (int err = read_into(pfd, "stat", true); err != 0) {
-      if (why != nullptr) *why = std::string("read ") + path + "/stat: " + std::strerror(err);
-      return classify_errno(err);
-    }
-    auto st = parse_stat(text);
-    if (!st || st->pid != pid) {
-      if (why != nullptr) *why = std::string("unparsable ") + path + "/stat";
-      return gone_or_malformed(pfd);
+    const KernelTask* task = kernel != nullptr ? kernel->find_task(pid) : nullptr;
+    StatInfo st;
+    if (task != nullptr && task->stat) {
+      // The task iterator read what stat holds moments ago (3 syscalls saved
+      // per process). Identity is then the kernel's pid and start time: the
+      // directory opened since is the same process unless the PID space
+      // wrapped in between. Acting on a process re-checks it (pidfd).
+      st = *task->stat;
+    } else {
+      // stat first: it carries the start time that identifies this process.
+      if (int err = read_into(pfd, "stat", true); err != 0) {
+        if (why != nullptr) *why = std::string("read ") + path + "/stat: " + std::strerror(err);
+        return classify_errno(err);
+      }
+      auto parsed = parse_stat(text);
+      if (!parsed || parsed->pid != pid) {
+        if (why != nullptr) *why = std::string("unparsable ") + path + "/stat";
+        return gone_or_malformed(pfd);
+      }
+      st = std::move(*parsed);
     }
     p.pid = pid;
-    p.ppid = st->ppid;
-    p.pgrp = st->pgrp;
-    p.session = st->session;
-    p.state = st->state;
-    p.start_time = st->start_time;
-    p.comm = std::move(st->comm);
+    p.ppid = st.ppid;
+    p.pgrp = st.pgrp;
+    p.session = st.session;
+    p.state = st.state;
+    p.start_time = st.start_time;
+    p.comm = std::move(st.comm);
     // The task iterator already read what status holds (tgid, uid, NSpid)
     // for this very process (same start time): 3 syscalls saved per process.
-    const KernelTask* task = kernel != nullptr ? kernel->find_task(pid) : nullptr;
     if (task != nullptr && task->start_ticks == p.start_time && !p.comm.empty()) {
       p.tgid = pid;
       p.uid = task->uid;
@@ -278,7 +288,7 @@ struct Reader {
 
     // Kernel threads have no argv, environment or descriptors: skip 6 syscalls
     // each (a 128-CPU GPU node runs over a thousand of them).
-    if (st->kernel_thread()) {
+    if (st.kernel_thread()) {
       if (read_into(pfd, "cgroup", true) == 0) p.cgroups = distinct_cgroup_paths(parse_cgroup(text));
       p.fds_readable = options.read_fds;
       return Outcome::ok;

@@ -454,8 +454,7 @@ bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   const auto shown = shown_processes(snap, found);
   array("processes", shown.size(),
         [&](std::size_t i) { return process_json_text(snap, *shown[i]); });
-  array("findings", found.size(),
-        [&](std::size_t i) { return finding_json_text(found[i]); });
+  array("findings", found.size(), [&](std::size_t i) { return finding_json_text(found[i]); });
   const json tail = tail_json(snap, found);
   std::size_t left = tail.size();
   for (const auto& [key, value] : tail.items()) member(key, value, --left == 0);

@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 #include <cstring>
 #include <optional>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <climits>
@@ -424,6 +426,93 @@ TEST(KernelFds, TaskIteratorGivesWhatStatusGives) {
   }
   EXPECT_EQ(find(*a, other_uid.pid())->uid, 4321u);
   EXPECT_EQ(find(*a, zombie.pid())->state, 'Z');
+}
+
+std::optional<StatInfo> proc_stat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_stat(text);
+}
+
+TEST(KernelFds, TaskIteratorGivesWhatStatGives) {
+  // Processes whose stat cannot change while the test looks: a session
+  // leader, a group leader, a stopped one with a comm that has spaces and
+  // parentheses, a zombie. The task iterator's fields must be /proc/PID/stat's,
+  // so the scan may skip that file. Not for kernel threads, whose stat name
+  // can be longer than comm ("kworker/R-rcu_gp"): there stat is read.
+  Pipes p1, p2, p3;
+  Child leader = spawn_ready(p1, [] { (void)::setsid(); });
+  Child group = spawn_ready(p2, [] { (void)::setpgid(0, 0); });
+  Child stopped = spawn_ready(p3, [] { (void)::prctl(PR_SET_NAME, "a (b) c)"); });
+  ASSERT_TRUE(leader.started() && group.started() && stopped.started());
+  ASSERT_EQ(::kill(stopped.pid(), SIGSTOP), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(stopped.pid()), &info, WSTOPPED | WNOWAIT), 0);
+  pid_t z = ::fork();
+  if (z == 0) ::_exit(0);
+  ASSERT_GT(z, 0);
+  Child zombie(z);
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(z), &info, WEXITED | WNOWAIT), 0);
+  pid_t kthread = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto st = proc_stat(std::stoi(name));
+    if (st && st->kernel_thread()) {
+      kthread = st->pid;
+      break;
+    }
+  }
+
+  auto k = read_kernel_fds(slash(), DeviceMatcher{});
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  EXPECT_EQ(k->tasks_note, "");
+  std::vector<pid_t> pids = {leader.pid(), group.pid(), stopped.pid(), zombie.pid(), ::getpid()};
+  if (kthread != 0) {
+    ASSERT_NE(k->find_task(kthread), nullptr);
+    EXPECT_FALSE(k->find_task(kthread)->stat.has_value());
+  }
+  for (pid_t pid : pids) {
+    const KernelTask* t = k->find_task(pid);
+    ASSERT_NE(t, nullptr) << pid;
+    ASSERT_TRUE(t->stat.has_value()) << pid;
+    auto want = proc_stat(pid);
+    ASSERT_TRUE(want.has_value()) << pid;
+    const StatInfo& got = *t->stat;
+    EXPECT_EQ(got.pid, want->pid);
+    EXPECT_EQ(got.comm, want->comm) << pid;
+    if (pid != ::getpid()) {  // we run: R now, S then
+      EXPECT_EQ(got.state, want->state) << pid;
+    }
+    EXPECT_EQ(got.ppid, want->ppid) << pid;
+    EXPECT_EQ(got.pgrp, want->pgrp) << pid;
+    EXPECT_EQ(got.session, want->session) << pid;
+    EXPECT_EQ(got.kernel_thread(), want->kernel_thread()) << pid;
+    EXPECT_EQ(got.start_time, want->start_time) << pid;
+  }
+  EXPECT_EQ(k->find_task(leader.pid())->stat->session, leader.pid());
+  EXPECT_EQ(k->find_task(group.pid())->stat->pgrp, group.pid());
+  EXPECT_EQ(k->find_task(stopped.pid())->stat->state, 'T');
+  EXPECT_EQ(k->find_task(stopped.pid())->stat->comm, "a (b) c)");
+  EXPECT_EQ(k->find_task(zombie.pid())->stat->state, 'Z');
+  EXPECT_EQ(k->find_task(zombie.pid())->stat->ppid, ::getpid());
+}
+
+TEST(KernelFds, StateLettersAreTheKernelsTaskStateIndex) {
+  EXPECT_EQ(task_state_letter(0x0, 0), 'R');
+  EXPECT_EQ(task_state_letter(0x1, 0), 'S');
+  EXPECT_EQ(task_state_letter(0x2, 0), 'D');
+  EXPECT_EQ(task_state_letter(0x4, 0), 'T');
+  EXPECT_EQ(task_state_letter(0x8, 0), 't');
+  EXPECT_EQ(task_state_letter(0x80, 0x10), 'X');  // TASK_DEAD | EXIT_DEAD
+  EXPECT_EQ(task_state_letter(0x80, 0x20), 'Z');  // TASK_DEAD | EXIT_ZOMBIE
+  EXPECT_EQ(task_state_letter(0x40, 0), 'P');
+  EXPECT_EQ(task_state_letter(0x402, 0), 'I');     // TASK_IDLE
+  EXPECT_EQ(task_state_letter(0x1000, 0), 'D');    // TASK_RTLOCK_WAIT
+  EXPECT_EQ(task_state_letter(0x8000, 0), 'D');    // TASK_FROZEN
+  EXPECT_EQ(task_state_letter(0x101, 0), 'S');     // TASK_WAKEKILL | TASK_INTERRUPTIBLE
+  EXPECT_EQ(task_state_letter(0x102, 0), 'D');     // TASK_KILLABLE
+  EXPECT_EQ(task_state_letter(0x104, 0), 'T');     // TASK_STOPPED
 }
 
 TEST(KernelFds, RecordsMatchByInodeRdevOrMajor) {
