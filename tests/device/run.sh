@@ -11,6 +11,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$out/nvidia-smi.txt"
 "$BIN/gpureap" --version || { echo "gpureap does not run here:"; ldd "$BIN/gpureap"; exit 2; }
+# The kernel-dependent unit tests (BPF iterators read through this kernel's BTF).
+"$BIN/proc_unit_tests" --gtest_filter='KernelFds.*:Btf.TheRunningKernel*' --gtest_brief=1 2>&1 | tee "$out/kernel-tests.txt"
+kernel_rc=${PIPESTATUS[0]}
 PYTHONUNBUFFERED=1 python3 tests/device/gpu_checks.py 2>&1 | tee "$out/gpu-run.log"
 rc=${PIPESTATUS[0]}
 # Issue 6's scenario S7 needs two or more GPUs; on one it says so and exits 2.
@@ -25,4 +28,5 @@ if PATH=$BIN/peers:$PATH command -v fuser >/dev/null; then
 else
   echo "bench/scan not run: no fuser" | tee "$out/bench-scan.txt"
 fi
+(( kernel_rc != 0 )) && rc=1
 exit $rc

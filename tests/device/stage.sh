@@ -7,6 +7,8 @@ b=build/default
 rm -rf .devbin && mkdir -p .devbin/lib
 cp $b/src/cli/gpureap $b/src/workers/gpureap-worker-dynamic $b/src/init/gpureap-init .devbin/
 cp $b/bench/scan/bench_scan $b/bench/scan/bench_scan_run .devbin/
+# The tests that depend on the running kernel (BPF iterators, BTF), for its kernel.
+cp $b/tests/unit/proc/proc_unit_tests .devbin/
 cp /usr/bin/tini-static .devbin/
 # The public peers of bench/scan, Debian's builds, with their non-glibc libs.
 mkdir -p .devbin/peers
@@ -16,5 +18,6 @@ for lib in $(ldd /usr/bin/lsof | awk '/=> \// {print $3}'); do
 done
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 .devbin/lib/
 # Debug info would not fit the device tool's 64 MiB.
-strip .devbin/gpureap .devbin/gpureap-worker-dynamic .devbin/bench_scan .devbin/bench_scan_run
+strip .devbin/gpureap .devbin/gpureap-worker-dynamic .devbin/bench_scan .devbin/bench_scan_run \
+  .devbin/proc_unit_tests
 ls -la .devbin .devbin/lib
