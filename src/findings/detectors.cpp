@@ -177,17 +177,17 @@ std::vector<Finding> detect_orphaned_contexts(const NodeSnapshot& snap) {
     f.device = l.device_index;
     const std::string memory =
         l.entry.used_memory ? fmt::format("{} MiB", *l.entry.used_memory >> 20) : "memory n/a";
-    if (l.match == node::PidMatch::stale && l.record) {
-      const auto& now = snap.records[*l.record].process;
+    const proc::Process* now = snap.pid_now(l);
+    if (now != nullptr) {
       f.message = fmt::format(
           "the driver lists pid {} on GPU {} ({}) but {}: its context outlives the process that "
           "made it",
           dead, l.device_index, memory,
-          now.zombie()
-              ? fmt::format("that process ({}) is a zombie and holds no GPU descriptor", now.comm)
+          now->zombie()
+              ? fmt::format("that process ({}) is a zombie and holds no GPU descriptor", now->comm)
               : fmt::format("pid {} is now {}, which holds no GPU descriptor (the pid "
                             "was reused)",
-                            dead, now.comm));
+                            dead, now->comm));
     } else {
       f.message = fmt::format(
           "the driver lists pid {} on GPU {} ({}) but no such process exists: its context "
@@ -199,8 +199,7 @@ std::vector<Finding> detect_orphaned_contexts(const NodeSnapshot& snap) {
     // same device the driver does not list (fork-inherited descriptors).
     // A live process that took the PID owns the group and session of that
     // number now (the kernel reuses no PID still naming a group or session).
-    const bool reused =
-        l.match == node::PidMatch::stale && l.record && !snap.records[*l.record].process.zombie();
+    const bool reused = now != nullptr && !now->zombie();
     std::set<pid_t> named;
     for (const auto& r : snap.records) {
       if (!holds_gpu(r) || r.process.zombie() || r.process.pid == snap.self_pid) continue;

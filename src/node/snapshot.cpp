@@ -22,6 +22,11 @@ const ProcessRecord* NodeSnapshot::find(pid_t pid) const {
   return &*it;
 }
 
+const proc::Process* NodeSnapshot::pid_now(const DriverListing& l) const {
+  if (l.match != PidMatch::stale || !l.record) return nullptr;
+  return &records[*l.record].process;
+}
+
 std::optional<std::uint64_t> NodeSnapshot::gpu_memory(const ProcessRecord& r) const {
   std::optional<std::uint64_t> total;
   for (std::size_t i : r.listings) {

@@ -74,6 +74,8 @@ struct NodeSnapshot {
   bool gpu_descriptors_visible = false;
 
   [[nodiscard]] const ProcessRecord* find(pid_t pid) const;
+  // For a `stale` listing, the process that has its PID now; else null.
+  [[nodiscard]] const proc::Process* pid_now(const DriverListing& l) const;
   // Memory the driver attributes to this record (sum over its listings); nullopt when
   // it is not listed or the driver gave no number.
   [[nodiscard]] std::optional<std::uint64_t> gpu_memory(const ProcessRecord& r) const;

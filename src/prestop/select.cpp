@@ -63,10 +63,10 @@ Selection select_targets(const node::NodeSnapshot& snap, const SelfIdentity& sel
     Skipped s;
     s.driver_pid = l.entry.pid;
     s.reason = SkipReason::not_a_process_here;
-    if (l.match == node::PidMatch::stale && l.record) {
+    if (const proc::Process* now = snap.pid_now(l)) {
       s.reason = SkipReason::no_gpu_descriptor;
-      s.pid = snap.records[*l.record].process.pid;
-      s.comm = snap.records[*l.record].process.comm;
+      s.pid = now->pid;
+      s.comm = now->comm;
     }
     out.skipped.push_back(std::move(s));
   }

@@ -382,9 +382,8 @@ json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Findi
   for (const auto& l : snap.listings) {
     if (!node::names_gone_process(l.match)) continue;
     json now = nullptr;  // the process that has the PID now, for a stale listing
-    if (l.match == node::PidMatch::stale && l.record) {
-      const auto& p = snap.records[*l.record].process;
-      now = {{"comm", p.comm}, {"state", std::string(1, p.state)}};
+    if (const proc::Process* p = snap.pid_now(l)) {
+      now = {{"comm", p->comm}, {"state", std::string(1, p->state)}};
     }
     dead.push_back({{"gpu", l.device_index},
                     {"pid", l.entry.pid},

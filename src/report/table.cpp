@@ -91,10 +91,9 @@ Row dead_row(const node::NodeSnapshot& snap, const node::DriverListing& l) {
   row.listed = "Y";
   row.qos = "-";
   row.pod = "(no such process: orphaned context)";
-  if (l.match == node::PidMatch::stale && l.record) {
-    const auto& now = snap.records[*l.record].process;
-    row.pod = now.zombie() ? "(a zombie now, holds no GPU fd: orphaned context)"
-                           : "(pid reused by " + now.comm + ": orphaned context)";
+  if (const proc::Process* now = snap.pid_now(l)) {
+    row.pod = now->zombie() ? "(a zombie now, holds no GPU fd: orphaned context)"
+                            : "(pid reused by " + now->comm + ": orphaned context)";
   }
   row.ns = "-";
   row.container = "-";
