@@ -130,12 +130,23 @@ void put_number(std::string& out, T v) {
   fmt::format_to(std::back_inserter(out), "{}", v);
 }
 
-void put_bytes(std::string& out, const std::optional<std::uint64_t>& v) {
+template <class T>
+void put_number_or_null(std::string& out, const std::optional<T>& v) {
   if (v) {
     put_number(out, *v);
   } else {
     out += "null";
   }
+}
+
+template <class T>
+void put_numbers(std::string& out, const std::vector<T>& v) {
+  out += '[';
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    put_number(out, v[i]);
+  }
+  out += ']';
 }
 
 void put_key(std::string& out, const char* key, bool first = false) {
@@ -197,7 +208,7 @@ std::string process_json_text(const node::NodeSnapshot& snap, const node::Proces
   }
   out += ']';
   put_key(out, "gpu_memory");
-  put_bytes(out, snap.gpu_memory(r));
+  put_number_or_null(out, snap.gpu_memory(r));
   put_key(out, "listed");
   out += r.listed() ? "true" : "false";
   put_key(out, "listings");
@@ -212,19 +223,14 @@ std::string process_json_text(const node::NodeSnapshot& snap, const node::Proces
     put_key(out, "pid_match");
     put_string(out, node::to_string(l.match));
     put_key(out, "used_memory");
-    put_bytes(out, l.entry.used_memory);
+    put_number_or_null(out, l.entry.used_memory);
     out += '}';
   }
   out += ']';
   put_key(out, "ns_pid");
   put_number(out, p.local_pid());
   put_key(out, "nspid");
-  out += '[';
-  for (std::size_t i = 0; i < p.nspid.size(); ++i) {
-    if (i) out += ',';
-    put_number(out, p.nspid[i]);
-  }
-  out += ']';
+  put_numbers(out, p.nspid);
   put_key(out, "pgid");
   put_number(out, p.pgrp);
   put_key(out, "pid");
@@ -300,11 +306,7 @@ std::string finding_json_text(const findings::Finding& f) {
   put_key(out, "advice", true);
   put_string(out, f.advice);
   put_key(out, "gpu");
-  if (f.device) {
-    put_number(out, *f.device);
-  } else {
-    out += "null";
-  }
+  put_number_or_null(out, f.device);
   if (f.kind == findings::Kind::orphaned_context) {
     put_key(out, "holders");
     out += '[';
@@ -326,19 +328,10 @@ std::string finding_json_text(const findings::Finding& f) {
   put_key(out, "message");
   put_string(out, f.message);
   put_key(out, "pid");
-  if (f.pid) {
-    put_number(out, *f.pid);
-  } else {
-    out += "null";
-  }
+  put_number_or_null(out, f.pid);
   if (f.kind == findings::Kind::zombie) {
     put_key(out, "pids");
-    out += '[';
-    for (std::size_t i = 0; i < f.pids.size(); ++i) {
-      if (i > 0) out += ',';
-      put_number(out, f.pids[i]);
-    }
-    out += ']';
+    put_numbers(out, f.pids);
   }
   put_key(out, "severity");
   put_string(out, findings::to_string(f.severity));
