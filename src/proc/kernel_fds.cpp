@@ -673,11 +673,7 @@ void read_kernel_tasks(const Offsets& o, std::uint64_t ns_per_tick, KernelFdTabl
                             t.levels = static_cast<std::uint8_t>(r.level + 1);
                             for (unsigned i = 0; i < t.levels; ++i)
                               t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
-                            // Not for kernel threads: stat shows a worker's
-                            // or kthread's full name, longer than comm.
-                            constexpr std::uint32_t kPfKthread = 0x00200000;
-                            if (r.stat_ok == 1 && r.comm[0] != '\0' &&
-                                (r.flags & kPfKthread) == 0) {
+                            if (r.stat_ok == 1 && r.comm[0] != '\0') {
                               StatInfo st;
                               st.pid = t.tgid;
                               st.comm.assign(r.comm, strnlen(r.comm, sizeof r.comm));
@@ -687,7 +683,9 @@ void read_kernel_tasks(const Offsets& o, std::uint64_t ns_per_tick, KernelFdTabl
                               st.session = static_cast<pid_t>(r.session);
                               st.flags = r.flags;
                               st.start_time = t.start_ticks;
-                              t.stat = std::move(st);
+                              // Not for kernel threads: stat shows a worker's
+                              // or kthread's full name, longer than comm.
+                              if (!st.kernel_thread()) t.stat = std::move(st);
                             }
                             table.tasks.push_back(std::move(t));
                           });
