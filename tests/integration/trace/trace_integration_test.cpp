@@ -138,6 +138,26 @@ class TraceIntegration : public ::testing::Test {
     return doc;
   }
 
+  // A sim worker that created a context of `bytes` on device 0 and forked a
+  // child inheriting its descriptors. The child goes to `strays`: it is
+  // reparented to this subreaper when the creator dies. child is -1 on failure.
+  struct ForkedContext {
+    Child creator;
+    pid_t child = -1;
+  };
+  ForkedContext fork_after_init(std::uint64_t bytes, Strays& strays) {
+    ForkedContext f{Child::spawn({kWorker, "fork-after-init", "--gpu", "sim", "--device", "0",
+                                  "--bytes", std::to_string(bytes)},
+                                 env_)};
+    json ready = ready_line(f.creator);
+    EXPECT_TRUE(ready.contains("child")) << ready.dump();
+    if (ready.contains("child")) {
+      f.child = ready["child"].get<pid_t>();
+      strays.add(f.child);
+    }
+    return f;
+  }
+
   std::string containerd_spec_path(const std::string& id) const {
     return host_ + "/run/containerd/io.containerd.runtime.v2.task/k8s.io/" + id + "/config.json";
   }
@@ -247,13 +267,8 @@ TEST_F(TraceIntegration, MapsNamespacedWorkersInKubeletCgroupsToTheirPods) {
 
 TEST_F(TraceIntegration, ForkInheritedContextIsAnOrphanedContextNamingTheChild) {
   Strays strays;
-  Child creator = Child::spawn({kWorker, "fork-after-init", "--gpu", "sim", "--device", "0",
-                                "--bytes", std::to_string(1024 * kMiB)},
-                               env_);
-  json ready = ready_line(creator);
-  ASSERT_TRUE(ready.contains("child")) << ready.dump();
-  const auto child = ready["child"].get<pid_t>();
-  strays.add(child);
+  auto [creator, child] = fork_after_init(1024 * kMiB, strays);
+  ASSERT_GT(child, 0);
   const pid_t dead = creator.pid();
 
   // While the creator lives, it is listed and the child is a hidden holder.
@@ -282,13 +297,8 @@ TEST_F(TraceIntegration, ForkInheritedContextIsAnOrphanedContextNamingTheChild) 
 
 TEST_F(TraceIntegration, AZombieCreatorIsStaleAndItsOrphanedContextNamesTheChild) {
   Strays strays;
-  Child creator = Child::spawn({kWorker, "fork-after-init", "--gpu", "sim", "--device", "0",
-                                "--bytes", std::to_string(512 * kMiB)},
-                               env_);
-  json ready = ready_line(creator);
-  ASSERT_TRUE(ready.contains("child")) << ready.dump();
-  const auto child = ready["child"].get<pid_t>();
-  strays.add(child);
+  auto [creator, child] = fork_after_init(512 * kMiB, strays);
+  ASSERT_GT(child, 0);
   const pid_t creator_pid = creator.pid();
 
   // Killed and left unreaped: the pid stays, a zombie, and the driver (here the
