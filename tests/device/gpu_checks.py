@@ -99,6 +99,14 @@ def proc_in(doc, pid):
     return next((p for p in doc.get("processes", []) if p["pid"] == pid), None)
 
 
+def reap_pid(pid):
+    """Reaps a process reparented to this subreaper (a killed creator's child)."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
 def host_child_of(parent_pid):
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -226,11 +234,17 @@ def check_zombie(handle, baseline):
     reap(parent)
 
 
-def check_fork_orphaned_context(handle, baseline):
+def start_forked_context(handle, baseline):
+    """A CUDA worker that forked after cuInit (the child inherits its
+    descriptors), once its memory is held: (worker Popen, child pid)."""
     p = spawn([WORKER, "fork-after-init", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
-    info = ready(p)
-    child = info["child"]
+    child = ready(p)["child"]
     wait_held(handle, baseline, WORKER_BYTES)
+    return p, child
+
+
+def check_fork_orphaned_context(handle, baseline):
+    p, child = start_forked_context(handle, baseline)
     kill(p)
     reap(p)
     time.sleep(2.0)  # the measured question: is it still held after the creator died?
@@ -242,10 +256,7 @@ def check_fork_orphaned_context(handle, baseline):
     t0 = time.monotonic()
     kill(child)
     t = wait_release(handle, baseline)
-    try:
-        os.waitpid(child, 0)
-    except ChildProcessError:
-        pass
+    reap_pid(child)
     ok = still and listed_dead and named and t is not None
     record("fork-inherited context: orphaned_context names the child", ok,
            f"held 2 s after creator's death {still}, dead pid listed {listed_dead}, finding names child {named}, "
@@ -258,10 +269,7 @@ def check_zombie_creator_of_inherited_context(handle, baseline):
     # child holds the context? Either way trace must point at the child:
     # listed -> orphaned_context (pid_match "stale", the zombie holds no
     # descriptor) naming it; not listed -> the child is a hidden_holder.
-    p = spawn([WORKER, "fork-after-init", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
-    info = ready(p)
-    child = info["child"]
-    wait_held(handle, baseline, WORKER_BYTES)
+    p, child = start_forked_context(handle, baseline)
     kill(p)
     os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # a zombie now, not reaped
     listed = p.pid in nvml_pids(handle)
@@ -282,10 +290,7 @@ def check_zombie_creator_of_inherited_context(handle, baseline):
     t = wait_release(handle, baseline)
     t = t is not None and time.monotonic() - t0
     reap(p)
-    try:
-        os.waitpid(child, 0)
-    except ChildProcessError:
-        pass
+    reap_pid(child)
     record("zombie creator, fork-inherited context: trace points at the child", ok and t is not False,
            f"NVML lists the zombie's pid {listed}; {how}; released {t and round(t, 3)} s after the child's kill")
 
@@ -294,10 +299,7 @@ def check_fd_sources_agree(handle, baseline):
     # The BPF descriptor iterator and the /proc walk must see the same NVIDIA
     # descriptors (char devices 195:N, nvidia-uvm's dynamic major), also the
     # fork-inherited ones of a child whose creator still runs.
-    p = spawn([WORKER, "fork-after-init", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
-    info = ready(p)
-    child = info["child"]
-    wait_held(handle, baseline, WORKER_BYTES)
+    p, child = start_forked_context(handle, baseline)
     runs = {}
     for source in ("bpf", "procfs"):
         t0 = time.monotonic()
@@ -313,10 +315,7 @@ def check_fd_sources_agree(handle, baseline):
     kill(child)
     kill(p)
     reap(p)
-    try:
-        os.waitpid(child, 0)
-    except ChildProcessError:
-        pass
+    reap_pid(child)
     wait_release(handle, baseline)
     record("descriptors: BPF iterator == /proc walk on real NVIDIA fds", same and both and used == "bpf",
            f"fds_from {used} {note!r}; same devices per pid {same}; creator and child both seen {both}; "
