@@ -240,6 +240,29 @@ TEST(DetectOrphanedContexts, AZombieCreatorIsStaleAndItsGroupStillNamesTheChild)
   EXPECT_EQ(gpureap::report::summarize(snap, found).dead_listed, 1U);
 }
 
+TEST(Renderers, AStaleListingIsShownAsAnOrphanedContextNotAsItsNewOwner) {
+  Builder b;
+  b.device(0, 2048 * kMiB, 0);
+  auto creator = process(600, 1, "python3", 'Z');
+  creator.fds_readable = true;
+  b.add(creator);
+  auto shell = process(700, 1, "bash");
+  shell.fds_readable = true;
+  b.add(shell);
+  b.list(0, 600, 1024 * kMiB);
+  b.list(0, 700, 1024 * kMiB);
+  auto snap = b.build();
+  const auto found = gpureap::findings::detect_orphaned_contexts(snap);
+  const std::string table = gpureap::report::render_trace_table(snap, found);
+  EXPECT_NE(table.find("(a zombie now, holds no GPU fd: orphaned context)"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("(pid reused by bash: orphaned context)"), std::string::npos) << table;
+  const std::string node = gpureap::report::render_node_report(snap, found);
+  EXPECT_NE(node.find("bash state S holds no GPU descriptor: not the owner (stale pid)"),
+            std::string::npos)
+      << node;
+}
+
 TEST(DetectOrphanedContexts, AReusedPidNamesTheNewProcessButNotItsGroup) {
   Builder b;
   b.device(0, 2048 * kMiB, 0);
