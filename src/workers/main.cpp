@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <ctime>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -33,18 +35,22 @@ constexpr int kExitUsage = 64;  // EX_USAGE
 
 constexpr const char* kHelp = R"(usage: gpureap-worker MODE [options]
 
-Modes (each prints one JSON line on stdout when ready; logs on stderr):
+Modes (each prints one JSON line on stdout when ready, or {"event":"error"} when
+it fails; logs on stderr):
   hold --gpu sim|cuda [--device N] [--bytes B] [--ignore-term | --term-cleanup]
       Create a GPU context holding B bytes on device N, then pause forever.
       --ignore-term   SIGTERM set to SIG_IGN (the plan's bad worker)
-      --term-cleanup  on SIGTERM release the context and exit 0 (the fixed worker)
-  fork-after-init --gpu sim|cuda [--device N] [--bytes B]
-      Create a context, then fork a child that inherits its descriptors and
-      pauses; both pause. Prints both pids.
-  parent [--exit-after-spawn] -- CHILD ARGV...
-      Spawn the child; with --exit-after-spawn exit at once without waiting
-      (the child becomes an orphan: the plan's parent.py), else wait and exit
-      with the child's status.
+      --term-cleanup  on SIGTERM print {"event":"sigterm"}, release the context
+                      and exit 0 (the fixed worker)
+  fork-after-init --gpu sim|cuda [--device N] [--bytes B] [--children N] [--ignore-term]
+      Create a context, then fork N children (default 1) that inherit its
+      descriptors without exec (a preforking server) and pause; all pause.
+      Prints every pid.
+  parent [--exit-after-spawn | --exit-after S] [--count N] -- CHILD ARGV...
+      Spawn N copies of the child (default 1); with --exit-after-spawn exit at
+      once without waiting, with --exit-after S exit after S seconds without
+      waiting (the children become orphans: the plan's parent.py), else wait
+      for them and exit with the last one's status.
   zombie-maker [--count N]
       Fork N children that exit at once; never reap them; pause.
   spawn-tree [--children N] [--setsid]
@@ -72,6 +78,7 @@ struct Options {
   bool ignore_term = false;
   bool term_cleanup = false;
   bool exit_after_spawn = false;
+  std::optional<double> exit_after_s;
   bool setsid = false;
   unsigned count = 1;
   std::optional<std::string> sim_dir;
@@ -119,6 +126,14 @@ std::optional<T> number(std::string_view s) {
   return v;
 }
 
+// Non-negative seconds with an optional fraction ("5", "0.5").
+std::optional<double> seconds(std::string_view s) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || !(v >= 0) || v > 86400) return std::nullopt;
+  return v;
+}
+
 std::optional<std::uint64_t> parse_bytes(std::string_view s) {
   std::uint64_t mult = 1;
   if (!s.empty()) {
@@ -155,7 +170,7 @@ Result<Options> parse_args(int argc, char** argv) {
     if (a == "--exit-after-spawn") { o.exit_after_spawn = true; continue; }
     if (a == "--setsid") { o.setsid = true; continue; }
     if (a == "--gpu" || a == "--device" || a == "--bytes" || a == "--sim-dir" || a == "--sim-devices" ||
-        a == "--count" || a == "--children" || a == "--devices") {
+        a == "--count" || a == "--children" || a == "--devices" || a == "--exit-after") {
       auto v = need(i, a);
       if (!v) return v.error();
       if (a == "--gpu") {
@@ -163,6 +178,10 @@ Result<Options> parse_args(int argc, char** argv) {
         o.gpu = std::string(*v);
       } else if (a == "--sim-dir") {
         o.sim_dir = std::string(*v);
+      } else if (a == "--exit-after") {
+        auto secs = seconds(*v);
+        if (!secs) return bad(*v);
+        o.exit_after_s = *secs;
       } else if (a == "--bytes") {
         auto b = parse_bytes(*v);
         if (!b) return bad(*v);
@@ -179,6 +198,7 @@ Result<Options> parse_args(int argc, char** argv) {
     return Error{0, "unknown option '" + std::string(a) + "' for mode " + o.mode};
   }
   if (o.ignore_term && o.term_cleanup) return Error{0, "--ignore-term and --term-cleanup exclude each other"};
+  if (o.exit_after_spawn && o.exit_after_s) return Error{0, "--exit-after-spawn and --exit-after exclude each other"};
   return o;
 }
 
@@ -219,6 +239,9 @@ Result<Holding> acquire(const Options& o) {
 
 int fail(const Error& e, const Options& o) {
   log("error: " + e.message);
+  // Also on stdout, where a caller waiting for the ready line reads it: it
+  // need not wait for a line that will never come.
+  emit("{\"event\":\"error\",\"pid\":" + std::to_string(::getpid()) + ",\"message\":" + quote(e.message) + "}");
   return (o.gpu == "cuda" && e.code == ENOENT && e.message.find("libcuda") != std::string::npos) ? kExitNoCuda
                                                                                                  : kExitError;
 }
@@ -247,31 +270,40 @@ int mode_hold(const Options& o) {
   for (;;) {
     if (::sigwaitinfo(&term, nullptr) == SIGTERM) break;
   }
+  // On stdout, so whoever reads the ready line also learns the SIGTERM reached us.
+  emit("{\"event\":\"sigterm\",\"pid\":" + std::to_string(::getpid()) + "}");
   log("SIGTERM: releasing the context");
   if (auto st = h->release(); !st) return fail(st.error(), o);
+  emit("{\"event\":\"released\",\"pid\":" + std::to_string(::getpid()) + "}");
   log("released; exiting 0");
   return 0;
 }
 
 int mode_fork_after_init(const Options& o) {
+  if (o.ignore_term) ::signal(SIGTERM, SIG_IGN);  // inherited by the children
   auto h = acquire(o);
   if (!h) return fail(h.error(), o);
-  pid_t child = ::fork();
-  if (child < 0) return fail(gpureap::sys::errno_error(errno, "fork"), o);
-  if (child == 0) pause_forever();  // inherits every descriptor of the context
+  std::vector<pid_t> children;
+  for (unsigned i = 0; i < std::max(o.count, 1U); ++i) {
+    pid_t child = ::fork();
+    if (child < 0) return fail(gpureap::sys::errno_error(errno, "fork"), o);
+    if (child == 0) pause_forever();  // inherits every descriptor of the context
+    children.push_back(child);
+  }
   emit("{\"mode\":\"fork-after-init\",\"pid\":" + std::to_string(::getpid()) + ",\"child\":" +
-       std::to_string(child) + ",\"gpu\":" + quote(o.gpu) + ",\"device\":" + std::to_string(o.device) +
-       ",\"bytes\":" + std::to_string(o.bytes) + h->describe() + "}");
+       std::to_string(children.front()) + ",\"children\":" + pid_list(children) + ",\"gpu\":" + quote(o.gpu) +
+       ",\"device\":" + std::to_string(o.device) + ",\"bytes\":" + std::to_string(o.bytes) + h->describe() +
+       ",\"sigterm\":" + quote(o.ignore_term ? "ignore" : "default") + "}");
   pause_forever();
 }
 
-int mode_parent(const Options& o) {
-  if (o.child_argv.empty()) return kExitUsage;
-  // A close-on-exec pipe tells us whether exec worked: EOF = it did, else errno.
+// Forks and execs one copy of the child argv. A close-on-exec pipe tells
+// whether exec worked: EOF = it did, else the child wrote errno.
+Result<pid_t> spawn_child(const Options& o) {
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return fail(gpureap::sys::errno_error(errno, "pipe2"), o);
+  if (::pipe2(p, O_CLOEXEC) != 0) return gpureap::sys::errno_error(errno, "pipe2");
   pid_t child = ::fork();
-  if (child < 0) return fail(gpureap::sys::errno_error(errno, "fork"), o);
+  if (child < 0) return gpureap::sys::errno_error(errno, "fork");
   if (child == 0) {
     ::close(p[0]);
     std::vector<char*> args;
@@ -289,14 +321,41 @@ int mode_parent(const Options& o) {
   ::close(p[0]);
   if (n > 0) {
     ::waitpid(child, nullptr, 0);
-    log("exec " + o.child_argv[0] + ": " + std::strerror(err));
-    return 127;
+    return Error{err, "exec " + o.child_argv[0] + ": " + std::strerror(err)};
   }
-  emit("{\"mode\":\"parent\",\"pid\":" + std::to_string(::getpid()) + ",\"child\":" + std::to_string(child) +
-       ",\"exit_after_spawn\":" + (o.exit_after_spawn ? "true" : "false") + "}");
+  return child;
+}
+
+int mode_parent(const Options& o) {
+  if (o.child_argv.empty()) return kExitUsage;
+  std::vector<pid_t> children;
+  for (unsigned i = 0; i < std::max(o.count, 1U); ++i) {
+    auto c = spawn_child(o);
+    if (!c) {
+      log(c.error().message);
+      return 127;
+    }
+    children.push_back(*c);
+  }
+  const bool waits = !o.exit_after_spawn && !o.exit_after_s;
+  emit("{\"mode\":\"parent\",\"pid\":" + std::to_string(::getpid()) + ",\"child\":" +
+       std::to_string(children.front()) + ",\"children\":" + pid_list(children) +
+       ",\"exit_after_spawn\":" + (o.exit_after_spawn ? "true" : "false") + ",\"waits\":" +
+       (waits ? "true" : "false") + "}");
   if (o.exit_after_spawn) return 0;
+  if (o.exit_after_s) {
+    // The plan's parent.py: sleep, then exit without wait(): the children are orphaned.
+    const auto ns = static_cast<long long>(*o.exit_after_s * 1e9);
+    timespec left{static_cast<time_t>(ns / 1000000000LL), static_cast<long>(ns % 1000000000LL)};
+    while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+    log("exiting without wait()");
+    return 0;
+  }
   int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  for (pid_t c : children) {
+    while (::waitpid(c, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
