@@ -28,10 +28,14 @@ sys::Status mkdir_p(const std::string& path) {
 }
 
 sys::Status touch(const std::string& path) {
-  // 0666: workers in containers under other uids open the same sim device.
+  // 0666 whatever the umask: workers in containers under other uids open the
+  // same sim device, as every user may open /dev/nvidia*.
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) return sys::errno_error(errno, "create " + path);
+  const int rc = ::fchmod(fd, 0666);
+  const int saved = errno;
   ::close(fd);
+  if (rc != 0) return sys::errno_error(saved, "chmod " + path);
   return sys::Ok{};
 }
 
