@@ -13,6 +13,7 @@ packages=(
   tini dumb-init catatonit           # the init peers the init is tested and benchmarked against
   psmisc lsof procps util-linux      # fuser, lsof (benchmark peers), ps, unshare
   jq
+  libxml2-utils                      # xmllint: the lab test checks timeline.svg is well-formed
 )
 
 missing=()

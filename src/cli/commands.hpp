@@ -11,5 +11,6 @@ void register_node(CLI::App& app, std::function<int()>& run);
 void register_snapshot(CLI::App& app, std::function<int()>& run);
 void register_observe(CLI::App& app, std::function<int()>& run);
 void register_prestop(CLI::App& app, std::function<int()>& run);
+void register_lab(CLI::App& app, std::function<int()>& run);
 
 }  // namespace gpureap::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   gpureap::cli::register_snapshot(app, run);
   gpureap::cli::register_observe(app, run);
   gpureap::cli::register_prestop(app, run);
+  gpureap::cli::register_lab(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

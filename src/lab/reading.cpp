@@ -1,0 +1,98 @@
+#include "lab/reading.hpp"
+
+#include <algorithm>
+
+namespace gpureap::lab {
+
+namespace {
+
+using nlohmann::json;
+
+std::optional<pid_t> pid_of(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<pid_t>();
+}
+
+std::string text_of(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+const json& array_of(const json& j, const char* key) {
+  static const json kEmpty = json::array();
+  auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : kEmpty;
+}
+
+SeenFinding finding_of(const json& f) {
+  SeenFinding s{
+      text_of(f, "kind"), text_of(f, "severity"), pid_of(f, "pid"), {}, text_of(f, "message")};
+  for (const auto& h : array_of(f, "holders")) {
+    if (auto p = pid_of(h, "pid")) s.holders.push_back(*p);
+  }
+  return s;
+}
+
+std::string joined_cmdline(const json& p) {
+  std::string out;
+  for (const auto& a : array_of(p, "cmdline")) {
+    if (!a.is_string()) continue;
+    if (!out.empty()) out += ' ';
+    out += a.get<std::string>();
+  }
+  return out.empty() ? text_of(p, "comm") : out;
+}
+
+}  // namespace
+
+void read_observe(const json& doc, StepReport& step) {
+  if (!doc.is_object()) return;
+  if (auto it = doc.find("pid1"); it != doc.end() && it->is_object()) {
+    step.pid1 = joined_cmdline(*it);
+    step.pid1_is_init = it->value("is_init", false);
+  }
+  for (const auto& z : array_of(doc, "zombies")) {
+    if (auto p = pid_of(z, "pid")) step.zombies.push_back(*p);
+  }
+  // Only the adopted ones: PID 1's own children (tini's `sleep`) are not orphans.
+  for (const auto& o : array_of(doc, "orphans")) {
+    auto p = pid_of(o, "pid");
+    auto adopted = o.find("adopted");
+    if (p && adopted != o.end() && adopted->is_boolean() && adopted->get<bool>())
+      step.orphans.push_back(*p);
+  }
+  if (auto it = doc.find("orphaned_context"); it != doc.end() && it->is_object()) {
+    if (auto d = it->find("dead"); d != it->end() && d->is_number_unsigned())
+      step.listed_dead = d->get<unsigned>();
+  }
+  for (const auto& f : array_of(doc, "findings")) step.observe_findings.push_back(finding_of(f));
+}
+
+void read_trace(const json& doc, const ScenarioIdentity& id, StepReport& step) {
+  if (!doc.is_object()) return;
+  std::set<pid_t> mine = id.host_pids;
+  for (const auto& p : array_of(doc, "processes")) {
+    auto pod = p.find("pod");
+    if (pod == p.end() || !pod->is_object() || text_of(*pod, "uid") != id.pod_uid) continue;
+    if (auto pid = pid_of(p, "pid")) mine.insert(*pid);
+    step.pod_named = step.pod_named || !text_of(*pod, "name").empty();
+  }
+  auto ours = [&](const std::optional<pid_t>& p) { return p && mine.count(*p) != 0; };
+  for (const auto& f : array_of(doc, "findings")) {
+    SeenFinding s = finding_of(f);
+    bool belongs = ours(s.pid) || std::any_of(s.holders.begin(), s.holders.end(),
+                                              [&](pid_t h) { return mine.count(h) != 0; });
+    for (const auto& z : array_of(f, "pids")) {
+      if (z.is_number_integer()) belongs = belongs || mine.count(z.get<pid_t>()) != 0;
+    }
+    if (!belongs && id.device) {
+      auto g = f.find("gpu");
+      belongs = g != f.end() && g->is_number_unsigned() && g->get<unsigned>() == *id.device &&
+                (s.kind == "orphaned_context" || s.kind == "ghost_memory");
+    }
+    if (belongs) step.trace_findings.push_back(std::move(s));
+  }
+}
+
+}  // namespace gpureap::lab

@@ -1,0 +1,32 @@
+// Reading what `gpureap observe --json` and `gpureap trace --json` said, for
+// one scenario among others on the same node (pure functions over their JSON;
+// docs/observe.md and docs/json-schema.md define it).
+#pragma once
+
+#include <sys/types.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "lab/measurements.hpp"
+
+namespace gpureap::lab {
+
+// What is this scenario's on the node: its pod, its processes, its own device.
+struct ScenarioIdentity {
+  std::string pod_uid;
+  std::set<pid_t> host_pids;       // every process seen in its cgroup
+  std::optional<unsigned> device;  // a device of its own (the simulated GPU)
+};
+
+// Fills the observe part of `step` (PID 1, zombies, orphans, dead listings, findings).
+void read_observe(const nlohmann::json& doc, StepReport& step);
+
+// Fills the trace part of `step` with this scenario's findings: those about its
+// processes (its pod's, or PIDs seen in its cgroup), about a context held by
+// them, or, where it owns a device, about that device.
+void read_trace(const nlohmann::json& doc, const ScenarioIdentity& id, StepReport& step);
+
+}  // namespace gpureap::lab
