@@ -65,13 +65,32 @@ std::optional<std::size_t> index_of(const NodeSnapshot& snap, pid_t pid) {
   return static_cast<std::size_t>(r - snap.records.data());
 }
 
-// A container-local PID that names exactly one GPU-holding process: the driver
-// answered from inside a PID namespace (or a snapshot replayed from one).
-std::optional<std::size_t> namespace_match(const NodeSnapshot& snap, pid_t pid) {
+// The device node of a listing's GPU ("nvidia<minor>"), when the driver gave the minor.
+std::optional<std::string> listing_node(const NodeSnapshot& snap, unsigned device_index) {
+  for (const auto& d : snap.gpu.devices) {
+    if (d.index == device_index && d.minor) return "nvidia" + std::to_string(*d.minor);
+  }
+  return std::nullopt;
+}
+
+// Whether `p` can hold a context on the GPU whose node is `node`: a context on
+// GPU N lives in descriptors of /dev/nvidiaN, so a holder of another GPU's node
+// only is not its owner (when the node is unknown, any GPU descriptor will do).
+bool can_own(const proc::Process& p, const std::optional<std::string>& node) {
+  if (!node) return !p.gpu_fds.empty();
+  return std::any_of(p.gpu_fds.begin(), p.gpu_fds.end(), [&](const proc::DeviceUse& d) { return d.device == *node; });
+}
+
+// A container-local PID that names exactly one process holding the listing's
+// GPU: the driver answered from inside a PID namespace (or a snapshot replayed
+// from one). Two containers' workers often share a local PID; only one of them
+// can hold this GPU's node, unless both do (then it is ambiguous).
+std::optional<std::size_t> namespace_match(const NodeSnapshot& snap, pid_t pid,
+                                           const std::optional<std::string>& node) {
   std::optional<std::size_t> found;
   for (std::size_t i = 0; i < snap.records.size(); ++i) {
     const auto& p = snap.records[i].process;
-    if (p.nspid.size() < 2 || p.local_pid() != pid || p.gpu_fds.empty()) continue;
+    if (p.nspid.size() < 2 || p.local_pid() != pid || !can_own(p, node)) continue;
     if (found) return std::nullopt;  // ambiguous: two containers use that local PID
     found = i;
   }
@@ -85,18 +104,19 @@ void match_listings(NodeSnapshot& snap, const ReadOne& read_one) {
   for (std::size_t li = 0; li < snap.listings.size(); ++li) {
     auto& listing = snap.listings[li];
     const auto pid = static_cast<pid_t>(listing.entry.pid);
+    const auto node = listing_node(snap, listing.device_index);
     std::optional<std::size_t> idx = index_of(snap, pid);
     listing.match = PidMatch::host;
-    // A host PID that holds no GPU descriptor while a container-local PID of the
+    // A host PID that does not hold this GPU while a container-local PID of the
     // same number does: the driver spoke in the container's namespace.
-    if (idx && snap.records[*idx].process.gpu_fds.empty()) {
-      if (auto ns = namespace_match(snap, pid)) {
+    if (idx && !can_own(snap.records[*idx].process, node)) {
+      if (auto ns = namespace_match(snap, pid, node)) {
         idx = ns;
         listing.match = PidMatch::namespace_;
       }
     }
     if (!idx) {
-      if (auto ns = namespace_match(snap, pid)) {
+      if (auto ns = namespace_match(snap, pid, node)) {
         idx = ns;
         listing.match = PidMatch::namespace_;
       }
@@ -134,10 +154,10 @@ void match_listings(NodeSnapshot& snap, const ReadOne& read_one) {
     }
     listing.record = idx;
     // A context lives in its holders' descriptors: a process of that PID whose
-    // table we read and found no GPU descriptor in cannot be its owner.
+    // table we read and found no descriptor of this GPU in cannot be its owner.
     const auto& p = snap.records[*idx].process;
     if (listing.match == PidMatch::host && snap.gpu_descriptors_visible && p.fds_readable &&
-        p.gpu_fds.empty()) {
+        !can_own(p, node)) {
       listing.match = PidMatch::stale;
     }
   }

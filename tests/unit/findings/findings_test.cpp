@@ -75,6 +75,46 @@ TEST(MatchListings, HostPidWithoutDescriptorsLosesToTheNamespacePidThatHoldsTheG
   EXPECT_EQ(snap.records[*snap.listings[0].record].process.pid, 300);
 }
 
+// Found by the lab: two pods whose workers share local PID 13, one on each GPU.
+// The dead creator of GPU 5's context (local PID 13) must not be pinned on the
+// other pod's live worker, which holds GPU 2 only.
+TEST(MatchListings, ANamespacePidMatchesOnlyAHolderOfThatGpu) {
+  Builder b;
+  b.device(2, 0, 0);
+  b.device(5, 0, 0);
+  auto other_pod = process(18773, 1, "worker");
+  other_pod.nspid = {18773, 13};
+  other_pod.fds_readable = true;
+  other_pod.gpu_fds = {{"nvidia2", 1}, {"nvidiactl", 1}};
+  b.add(other_pod);
+  auto child = process(18726, 1, "worker");  // inherited the dead creator's context
+  child.nspid = {18726, 14};
+  child.fds_readable = true;
+  child.gpu_fds = {{"nvidia5", 1}, {"nvidiactl", 1}};
+  b.add(child);
+  b.list(2, 13, kMiB);  // the other pod's worker, by its local PID
+  b.list(5, 13, kMiB);  // the dead creator, by its local PID
+  auto snap = b.build();
+  EXPECT_EQ(snap.listings[0].match, PidMatch::namespace_);
+  EXPECT_EQ(snap.records[*snap.listings[0].record].process.pid, 18773);
+  EXPECT_EQ(snap.listings[1].match, PidMatch::dead);
+  EXPECT_EQ(snap.gpu_memory(*snap.find(18773)), kMiB);  // not 2 MiB
+
+  // A host PID holding another GPU's node only is no owner of this GPU's context.
+  Builder h;
+  h.device(0, 0, 0);
+  h.device(1, 0, 0);
+  auto on_one = process(400, 1, "python3");
+  on_one.fds_readable = true;
+  on_one.gpu_fds = {{"nvidia1", 2}};
+  h.add(on_one);
+  h.list(0, 400, kMiB);
+  h.list(1, 400, kMiB);
+  auto snap2 = h.build();
+  EXPECT_EQ(snap2.listings[0].match, PidMatch::stale);
+  EXPECT_EQ(snap2.listings[1].match, PidMatch::host);
+}
+
 TEST(MatchListings, ALiveHostPidHoldingNoGpuDescriptorIsStaleAndNotAttributed) {
   Builder b;
   b.device(0, 0, 0);

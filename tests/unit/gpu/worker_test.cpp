@@ -186,7 +186,11 @@ TEST_F(GpuWorker, HoldCudaExits2WithoutLibcudaAndHoldsWithIt) {
     EXPECT_NE(l->find("\"gpu\":\"cuda\""), std::string::npos) << *l;
     return;  // the fixture's guard kills and reaps it
   }
-  EXPECT_FALSE(l);
+  // No ready line: the one line is the error event, naming the library.
+  ASSERT_TRUE(l);
+  EXPECT_NE(l->find("\"event\":\"error\""), std::string::npos) << *l;
+  EXPECT_NE(l->find("libcuda.so.1"), std::string::npos) << *l;
+  EXPECT_FALSE(testing::read_line(pipe_->r(), buffer_));
   int status = kids_.reap(pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 2);
