@@ -1,4 +1,3 @@
-#include "sys/parse_number.hpp"
 #include "gpu/sim_backend.hpp"
 
 #include <dirent.h>
@@ -10,10 +9,10 @@
 #include <charconv>
 #include <climits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
-
+#include "sys/parse_number.hpp"
 #include "sys/unique_fd.hpp"
 
 namespace gpureap::gpu {
@@ -58,7 +57,8 @@ std::optional<pid_t> innermost_pid(const sys::HostRoot& root, pid_t pid) {
   auto pos = text->find("\nNSpid:");
   if (pos == std::string::npos) return std::nullopt;
   auto end = text->find('\n', pos + 1);
-  std::string_view line(text->data() + pos + 7, (end == std::string::npos ? text->size() : end) - pos - 7);
+  std::string_view line(text->data() + pos + 7,
+                        (end == std::string::npos ? text->size() : end) - pos - 7);
   while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
   auto last = line.find_last_of(" \t");
   return parse_number<pid_t>(last == std::string_view::npos ? line : line.substr(last + 1));
@@ -142,7 +142,8 @@ class SimBackend final : public GpuBackend {
     const std::string config_path = dir_ + "/config.json";
     struct stat st {};
     if (::stat(config_path.c_str(), &st) != 0) {
-      return "sim device not initialised at " + dir_ + " (run `gpureap-worker init-sim --sim-dir " + dir_ + "`)";
+      return "sim device not initialised at " + dir_ + " (run `gpureap-worker init-sim --sim-dir " +
+             dir_ + "`)";
     }
     return {};
   }
@@ -156,7 +157,8 @@ class SimBackend final : public GpuBackend {
       if (!parsed) return;  // temporaries (".gpu0.tmp-N") and strangers
       const std::string name(n);
       struct stat st {};
-      if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return;
+      if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        return;
       auto content = sys::read_file_at(fd, name.c_str(), name);
       if (!content) return;  // released and removed between listing and reading
       std::string_view body(*content);
@@ -170,14 +172,30 @@ class SimBackend final : public GpuBackend {
 
   // Scans <root>/proc/*/fd. Link text is matched on the file name first (cheap),
   // then confirmed by device and inode, so a path seen through another mount
-  // namespace, or a deleted file of the same name, cannot fool it.
+  // namespace, or a deleted file of the same name, cannot fool it. A holder
+  // holds the context file AND its GPU's device file, as a CUDA process holds
+  // /dev/nvidiaN: a process that merely opened the context file to read it (a
+  // concurrent snapshot reading the byte count) holds no context.
   void find_holders(std::vector<CtxFile>& contexts) const {
     std::unordered_map<std::string, std::size_t> by_name;
-    for (std::size_t i = 0; i < contexts.size(); ++i) by_name.emplace(sim::context_name(contexts[i].name), i);
+    for (std::size_t i = 0; i < contexts.size(); ++i)
+      by_name.emplace(sim::context_name(contexts[i].name), i);
+    // The device files the contexts need: "nvidia<I>" → its identity.
+    std::unordered_map<std::string, std::pair<unsigned, std::pair<dev_t, ino_t>>> devices;
+    for (const auto& c : contexts) {
+      const std::string name = "nvidia" + std::to_string(c.name.device);
+      if (devices.count(name) != 0) continue;
+      struct stat st {};
+      const std::string path = dir_ + "/dev/" + name;
+      if (::stat(path.c_str(), &st) == 0)
+        devices.emplace(name, std::make_pair(c.name.device, std::make_pair(st.st_dev, st.st_ino)));
+    }
     for_each_entry(root_.dir_fd(), "proc", [&](int proc_fd, std::string_view pid_name) {
       auto pid = parse_number<pid_t>(pid_name);
       if (!pid) return;
       const std::string fd_rel = std::string(pid_name) + "/fd";
+      std::vector<std::size_t> held;      // contexts whose file this process holds
+      std::vector<unsigned> device_held;  // device files it holds
       // Vanished processes and ones we may not inspect are skipped (DESIGN: normal).
       for_each_entry(proc_fd, fd_rel.c_str(), [&](int fd_dir, std::string_view fd_name) {
         const std::string fdn(fd_name);
@@ -187,14 +205,28 @@ class SimBackend final : public GpuBackend {
         std::string_view link(buf, static_cast<std::size_t>(len));
         auto slash = link.rfind('/');
         if (slash == std::string_view::npos) return;
-        auto it = by_name.find(std::string(link.substr(slash + 1)));
-        if (it == by_name.end()) return;
+        const std::string base(link.substr(slash + 1));
+        auto ctx = by_name.find(base);
+        auto dev = ctx == by_name.end() ? devices.find(base) : devices.end();
+        if (ctx == by_name.end() && dev == devices.end()) return;
         struct stat st {};
         if (::fstatat(fd_dir, fdn.c_str(), &st, 0) != 0) return;
-        CtxFile& c = contexts[it->second];
-        if (st.st_dev != c.dev || st.st_ino != c.ino) return;
-        if (std::find(c.holders.begin(), c.holders.end(), *pid) == c.holders.end()) c.holders.push_back(*pid);
+        if (ctx != by_name.end()) {
+          const CtxFile& c = contexts[ctx->second];
+          if (st.st_dev == c.dev && st.st_ino == c.ino) held.push_back(ctx->second);
+        } else if (st.st_dev == dev->second.second.first &&
+                   st.st_ino == dev->second.second.second) {
+          device_held.push_back(dev->second.first);
+        }
       });
+      for (std::size_t i : held) {
+        CtxFile& c = contexts[i];
+        const bool has_device =
+            std::find(device_held.begin(), device_held.end(), c.name.device) != device_held.end();
+        if (has_device && std::find(c.holders.begin(), c.holders.end(), *pid) == c.holders.end()) {
+          c.holders.push_back(*pid);
+        }
+      }
     });
   }
 
@@ -205,7 +237,8 @@ class SimBackend final : public GpuBackend {
     const pid_t creator = c.name.creator;
     if (std::find(c.holders.begin(), c.holders.end(), creator) != c.holders.end()) return creator;
     for (pid_t h : c.holders) {
-      if (auto inner = innermost_pid(root_, h); inner && *inner == creator && h != creator) return h;
+      if (auto inner = innermost_pid(root_, h); inner && *inner == creator && h != creator)
+        return h;
     }
     return creator;  // creator gone: the driver keeps listing its (dead) pid
   }
@@ -258,7 +291,8 @@ sys::Result<sim::Config> parse_sim_config(std::string_view text, std::string_vie
     }
     for (const char* key : {"total", "reserved"}) {
       auto f = d.find(key);
-      if (f == d.end() || !f->is_number_unsigned()) return fail(p + "." + key, "expected an unsigned integer");
+      if (f == d.end() || !f->is_number_unsigned())
+        return fail(p + "." + key, "expected an unsigned integer");
       (std::string_view(key) == "total" ? dc.total : dc.reserved) = f->get<std::uint64_t>();
     }
     c.devices.push_back(std::move(dc));

@@ -8,9 +8,11 @@
 //                                plain files standing in for the device nodes
 //   ctx/gpu<I>-pid<P>-<n>        one context: created by pid P on device I; content =
 //                                the bytes it holds, in decimal, then '\n'
-// A context is held while ANY descriptor on its file is open, in any process
-// (fork-inherited ones included), as the real driver holds device memory while
-// any descriptor of the context is open (FACTS.md). Its name keeps the creator's
+// A context is held while any process holds descriptors of both its file and
+// its device file dev/nvidia<I> (fork-inherited ones included), as the real
+// driver holds device memory while any descriptor of the context is open
+// (FACTS.md) and a context on GPU N lives in descriptors of /dev/nvidiaN. A
+// process that only opens the context file (to read its byte count) holds nothing. Its name keeps the creator's
 // pid after the creator dies, as NVML keeps listing the dead creator.
 #pragma once
 

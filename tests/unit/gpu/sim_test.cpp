@@ -1,6 +1,7 @@
 // The simulated GPU with REAL processes: contexts held by forked children,
 // inherited by grandchildren, killed, left as zombies. Synchronised with pipes;
 // every child is killed and reaped by a guard even when an assertion fails.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sched.h>
@@ -89,6 +90,39 @@ class GpuSim : public ::testing::Test {
   std::unique_ptr<GpuBackend> backend_;
   testing::Children kids_;  // declared last: destroyed (children killed) first
 };
+
+// Found by the lab: a concurrent snapshot opens context files to read their
+// byte count. A process holding a context file without its device file is such
+// a reader, not a holder: the creator's death still releases the context.
+TEST_F(GpuSim, AReaderOfTheContextFileHoldsNoContext) {
+  testing::Pipe ready;
+  testing::Pipe go;
+  pid_t creator = ::fork();
+  if (creator == 0) {
+    auto ctx = sim::create_context(dir_, 0, 256 * kMiB);
+    testing::write_value<int>(ready.w(), ctx.ok() ? 1 : 0);
+    pause_forever();
+  }
+  kids_.add(creator);
+  ready.close_write();
+  ASSERT_EQ(testing::read_value<int>(ready.r()), 1);
+  const std::string ctx_file = dir_ + "/ctx/" + sim::context_name({0, creator, 0});
+  testing::Pipe opened;
+  pid_t reader = ::fork();
+  if (reader == 0) {
+    const int fd = ::open(ctx_file.c_str(), O_RDONLY);
+    testing::write_value<int>(opened.w(), fd >= 0 ? 1 : 0);
+    pause_forever();
+  }
+  kids_.add(reader);
+  opened.close_write();
+  ASSERT_EQ(testing::read_value<int>(opened.r()), 1);
+  EXPECT_EQ(snap().devices[0].memory->used, 256 * kMiB);  // the creator holds it
+  kids_.kill_and_reap(creator);
+  const auto after = snap();
+  EXPECT_EQ(after.devices[0].memory->used, 0U);  // the reader does not
+  EXPECT_TRUE(after.devices[0].processes.empty());
+}
 
 TEST_F(GpuSim, ListsDevicesFromConfig) {
   auto s = snap();
