@@ -1,5 +1,5 @@
 # The front door. `make demo` and `make test` install what they need first.
-.PHONY: deps build test demo bench clean
+.PHONY: deps build lab test demo bench clean
 
 JOBS ?= $(shell nproc)
 
@@ -9,6 +9,12 @@ deps:
 build: deps
 	cmake --preset default >/dev/null
 	cmake --build --preset default -j $(JOBS)
+
+# The plan's whole experiment (docs/lab.md). Builds only what it runs.
+lab: deps
+	cmake --preset default >/dev/null
+	cmake --build --preset default -j $(JOBS) --target gpureap gpureap-worker gpureap-worker-dynamic gpureap-init
+	./build/default/src/cli/gpureap lab $(LAB_ARGS)
 
 test: deps
 	./scripts/test.sh

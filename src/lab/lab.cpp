@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -48,20 +49,54 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // Progress lines on stderr: one per step of each scenario, and while pods are
-// being deleted a line every few seconds with what is still held.
+// being deleted a line every few seconds with what each still holds.
 class Progress {
  public:
   Progress(std::FILE* f, Clock::time_point t0) : f_(f), t0_(t0) {}
   void line(const std::string& who, const std::string& what) {
     std::lock_guard lock(mu_);
-    fmt::print(f_, "gpureap lab [{:6.1f}s] {:<11} {}\n", seconds_since(t0_), who, what);
-    (void)std::fflush(f_);
+    print(who, what);
+  }
+  void deleting(const std::string& who, Clock::time_point since, double grace_s,
+                GpuSampler::Id sid) {
+    std::lock_guard lock(mu_);
+    deleting_.push_back(Deleting{who, since, grace_s, sid});
+  }
+  void deleted(const std::string& who) {
+    std::lock_guard lock(mu_);
+    deleting_.erase(std::remove_if(deleting_.begin(), deleting_.end(),
+                                   [&](const Deleting& d) { return d.who == who; }),
+                    deleting_.end());
+  }
+  // One line with every pod still being deleted, if any.
+  void tick(GpuSampler& sampler) {
+    std::lock_guard lock(mu_);
+    if (deleting_.empty()) return;
+    std::string what;
+    for (const auto& d : deleting_) {
+      const auto bytes = sampler.latest(d.sid);
+      what += fmt::format("{}{} {:.0f}/{:.0f} s ({:.2f} GiB)", what.empty() ? "" : ", ", d.who,
+                          seconds_since(d.since), d.grace_s,
+                          bytes ? static_cast<double>(*bytes) / kGiB : 0.0);
+    }
+    print("lab", "deleting: " + what);
   }
 
  private:
+  struct Deleting {
+    std::string who;
+    Clock::time_point since;
+    double grace_s;
+    GpuSampler::Id sid;
+  };
+  void print(const std::string& who, const std::string& what) {
+    fmt::print(f_, "gpureap lab [{:6.1f}s] {:<11} {}\n", seconds_since(t0_), who, what);
+    (void)std::fflush(f_);
+  }
   std::FILE* f_;
   Clock::time_point t0_;
   std::mutex mu_;
+  std::vector<Deleting> deleting_;
 };
 
 // The PID 1 handles of running pods, so an interrupted lab ends them all.
@@ -166,6 +201,7 @@ class InstanceRun {
   Measurements run() {
     describe();
     std::error_code ec;
+    fs::remove_all(dir_, ec);  // a re-run into the same DIR starts this scenario afresh
     fs::create_directories(dir_, ec);
     if (ec) {
       m_.error = "cannot create " + dir_ + ": " + ec.message();
@@ -475,6 +511,7 @@ class InstanceRun {
         " held");
     const auto t0 = Clock::now();
     ctx_.sampler.start_recording(sid_, t0);
+    ctx_.progress.deleting(inst_.name, t0, plan.grace_s, sid_);
     sys::UniqueFd hook_out, hook_err;
     auto start_prestop = [&]() -> sys::Result<Spawned> {
       auto out = open_truncated(dir_ + "/prestop.json");
@@ -495,6 +532,7 @@ class InstanceRun {
     };
     m_.deletion = delete_pod(*container_, plan, t0, start_prestop);
     ctx_.pods.remove(inst_.name);
+    ctx_.progress.deleted(inst_.name);
     const auto last = ctx_.sampler.wait_until(
         sid_, [](std::uint64_t b) { return b == 0; }, kReleaseWatch);
     m_.timeline = ctx_.sampler.stop_recording(sid_);
@@ -761,6 +799,15 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
                              first->driver_version + ")" +
                              (options.quick ? ", --quick (every grace × 0.1)" : "") + ", node " +
                              (*node)->root());
+    // While pods are deleted, a line every 5 s says what each still holds.
+    std::mutex tick_mu;
+    std::condition_variable tick_cv;
+    bool ticking = true;
+    std::thread ticker([&] {
+      std::unique_lock lock(tick_mu);
+      while (!tick_cv.wait_for(lock, std::chrono::seconds(5), [&] { return !ticking; }))
+        progress.tick(sampler);
+    });
     if (options.serial) {
       for (std::size_t i = 0; i < instances->size(); ++i) {
         results[i] = InstanceRun(ctx, (*instances)[i], static_cast<unsigned>(i)).run();
@@ -774,6 +821,12 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
       }
       for (auto& t : threads) t.join();
     }
+    {
+      std::lock_guard lock(tick_mu);
+      ticking = false;
+    }
+    tick_cv.notify_all();
+    ticker.join();
   }
   const auto leftovers = (*node)->cleanup();
   for (const auto& l : leftovers) progress.line("lab", "could not remove " + l);

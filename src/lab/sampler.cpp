@@ -84,6 +84,11 @@ std::vector<Sample> GpuSampler::stop_recording(Id id) {
   return std::move(e.series);
 }
 
+std::optional<std::uint64_t> GpuSampler::latest(Id id) {
+  std::lock_guard lock(mu_);
+  return entries_.at(id).latest;
+}
+
 std::set<pid_t> GpuSampler::pids(Id id) {
   std::lock_guard lock(mu_);
   return entries_.at(id).pids;

@@ -61,6 +61,8 @@ class GpuSampler {
   // Keeps every sample from t0 on (at the full rate) until stop_recording.
   void start_recording(Id id, Clock::time_point t0);
   std::vector<Sample> stop_recording(Id id);
+  // The bytes of the newest sample, without waiting (nullopt before the first).
+  std::optional<std::uint64_t> latest(Id id);
   // Host PIDs ever seen in the scenario's cgroup.
   std::set<pid_t> pids(Id id);
   [[nodiscard]] std::chrono::milliseconds period() const { return period_; }
