@@ -578,13 +578,15 @@ class InstanceRun {
       container_.reset();
     }
     workload_.reset();
-    std::set<pid_t> zombies, orphans;
+    // Distinct over the steps: a context or a holder seen at two steps is one.
+    std::set<pid_t> zombies, orphans, hidden;
+    std::set<std::pair<unsigned, pid_t>> contexts;  // (GPU, listed PID)
     for (const auto& s : m_.steps) {
       zombies.insert(s.zombies.begin(), s.zombies.end());
       orphans.insert(s.orphans.begin(), s.orphans.end());
       for (const auto& f : s.trace_findings) {
         if (f.kind == "orphaned_context") {
-          ++m_.orphaned_contexts;
+          contexts.emplace(f.gpu.value_or(0), f.pid.value_or(0));
           for (pid_t h : f.holders) {
             if (std::find(m_.orphaned_context_holders.begin(), m_.orphaned_context_holders.end(),
                           h) == m_.orphaned_context_holders.end()) {
@@ -592,9 +594,11 @@ class InstanceRun {
             }
           }
         }
-        if (f.kind == "hidden_holder") ++m_.hidden_holders;
+        if (f.kind == "hidden_holder" && f.pid) hidden.insert(*f.pid);
       }
     }
+    m_.orphaned_contexts = static_cast<unsigned>(contexts.size());
+    m_.hidden_holders = static_cast<unsigned>(hidden.size());
     m_.zombies = static_cast<unsigned>(zombies.size());
     m_.orphans = static_cast<unsigned>(orphans.size());
     if (!container_log_.empty()) {
@@ -831,15 +835,19 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
   const auto leftovers = (*node)->cleanup();
   for (const auto& l : leftovers) progress.line("lab", "could not remove " + l);
 
-  std::ofstream(options.out_dir + "/comparison.md") << comparison_markdown(results);
+  utsname host{};
+  ::uname(&host);
+  const std::string finished = iso_now();
+  const std::string when = fmt::format("Measured {} on {} (kernel {}), {:.1f} s wall.", finished,
+                                       host.nodename, host.release, seconds_since(t_lab));
+  const std::string comparison = comparison_markdown(results, when);
+  std::ofstream(options.out_dir + "/comparison.md") << comparison;
   std::ofstream(options.out_dir + "/timeline.svg") << timeline_svg(results);
   {
-    utsname u{};
-    ::uname(&u);
-    json run = {{"finished_at", iso_now()},
+    json run = {{"finished_at", finished},
                 {"wall_s", std::round(seconds_since(t_lab) * 10.0) / 10.0},
-                {"kernel", std::string(u.release)},
-                {"host", std::string(u.nodename)},
+                {"kernel", std::string(host.release)},
+                {"host", std::string(host.nodename)},
                 {"options",
                  {{"quick", options.quick},
                   {"scenarios", options.scenarios},
@@ -860,7 +868,7 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
   fmt::print(out,
              "{}\nResults: {}/ (comparison.md, timeline.svg, <scenario>/notes.md, "
              "measurements.json, logs)\n",
-             comparison_markdown(results), options.out_dir);
+             comparison, options.out_dir);
   (void)std::fflush(out);
   bool all_ran = !cancelled;
   for (const auto& m : results) all_ran = all_ran && !m.error;

@@ -33,8 +33,10 @@ inline constexpr int kLabExitCouldNotRun = 2;  // the lab itself could not run o
 // and where the results are on `out` (stdout). Returns the exit code.
 int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress);
 
-// The comparison of a run (DIR/comparison.md), pure.
-std::string comparison_markdown(const std::vector<Measurements>& runs);
+// The comparison of a run (DIR/comparison.md), pure. `when` says when and
+// where it was measured (a line under the title; empty: none).
+std::string comparison_markdown(const std::vector<Measurements>& runs,
+                                const std::string& when = {});
 // One scenario's notes (DIR/<scenario>/notes.md), pure.
 std::string notes_markdown(const Measurements& m);
 // GPU memory against time during the deletion, one panel per scenario on a

@@ -34,6 +34,7 @@ json findings_json(const std::vector<SeenFinding>& fs) {
     arr.push_back({{"kind", f.kind},
                    {"severity", f.severity},
                    {"pid", or_null(f.pid)},
+                   {"gpu", or_null(f.gpu)},
                    {"holders", f.holders},
                    {"message", f.message}});
   }

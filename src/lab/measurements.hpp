@@ -22,6 +22,7 @@ struct SeenFinding {
   std::string kind;
   std::string severity;
   std::optional<pid_t> pid;
+  std::optional<unsigned> gpu;
   std::vector<pid_t> holders;  // orphaned_context: the processes holding the context
   std::string message;
 };

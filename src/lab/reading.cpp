@@ -26,8 +26,12 @@ const json& array_of(const json& j, const char* key) {
 }
 
 SeenFinding finding_of(const json& f) {
-  SeenFinding s{
-      text_of(f, "kind"), text_of(f, "severity"), pid_of(f, "pid"), {}, text_of(f, "message")};
+  SeenFinding s;
+  s.kind = text_of(f, "kind");
+  s.severity = text_of(f, "severity");
+  s.pid = pid_of(f, "pid");
+  s.message = text_of(f, "message");
+  if (auto g = f.find("gpu"); g != f.end() && g->is_number_unsigned()) s.gpu = g->get<unsigned>();
   for (const auto& h : array_of(f, "holders")) {
     if (auto p = pid_of(h, "pid")) s.holders.push_back(*p);
   }
@@ -81,12 +85,16 @@ void read_trace(const json& doc, const ScenarioIdentity& id, StepReport& step) {
   auto ours = [&](const std::optional<pid_t>& p) { return p && mine.count(*p) != 0; };
   for (const auto& f : array_of(doc, "findings")) {
     SeenFinding s = finding_of(f);
-    bool belongs = ours(s.pid) || std::any_of(s.holders.begin(), s.holders.end(),
-                                              [&](pid_t h) { return mine.count(h) != 0; });
+    // By its subject: a process of the pod (or a dead one that was), or one of
+    // a zombie group. Not by the holders an orphaned context names: on a shared
+    // GPU trace names every unlisted holder of the device as a possible heir.
+    bool belongs = ours(s.pid);
     for (const auto& z : array_of(f, "pids")) {
       if (z.is_number_integer()) belongs = belongs || mine.count(z.get<pid_t>()) != 0;
     }
     if (!belongs && id.device) {
+      // A device of its own: what the driver lists there is its own, whatever
+      // PID it gives (the simulated driver lists a dead creator by its local PID).
       auto g = f.find("gpu");
       belongs = g != f.end() && g->is_number_unsigned() && g->get<unsigned>() == *id.device &&
                 (s.kind == "orphaned_context" || s.kind == "ghost_memory");

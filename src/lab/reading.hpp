@@ -25,8 +25,8 @@ struct ScenarioIdentity {
 void read_observe(const nlohmann::json& doc, StepReport& step);
 
 // Fills the trace part of `step` with this scenario's findings: those about its
-// processes (its pod's, or PIDs seen in its cgroup), about a context held by
-// them, or, where it owns a device, about that device.
+// processes (its pod's, or PIDs seen in its cgroup, dead ones included) or,
+// where it owns a device, about that device.
 void read_trace(const nlohmann::json& doc, const ScenarioIdentity& id, StepReport& step);
 
 }  // namespace gpureap::lab

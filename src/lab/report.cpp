@@ -107,8 +107,9 @@ std::string list_pids(const std::vector<pid_t>& pids) {
 
 }  // namespace
 
-std::string comparison_markdown(const std::vector<Measurements>& runs) {
+std::string comparison_markdown(const std::vector<Measurements>& runs, const std::string& when) {
   std::string md = "# gpureap lab: the plan's experiment, measured\n\n";
+  if (!when.empty()) md += when + "\n\n";
   const Measurements* any = nullptr;
   for (const auto& m : runs) {
     if (ran(m)) {

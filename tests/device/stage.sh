@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 b=build/default
 rm -rf .devbin && mkdir -p .devbin/lib
-cp $b/src/cli/gpureap $b/src/workers/gpureap-worker-dynamic $b/src/init/gpureap-init .devbin/
+cp $b/src/cli/gpureap $b/src/workers/gpureap-worker $b/src/workers/gpureap-worker-dynamic $b/src/init/gpureap-init .devbin/
 cp $b/bench/scan/bench_scan $b/bench/scan/bench_scan_run .devbin/
 # The tests that depend on the running kernel (BPF iterators, BTF), for its kernel.
 cp $b/tests/unit/proc/proc_unit_tests .devbin/

@@ -215,14 +215,17 @@ TEST(LabReading, TraceFindingsOfOnePodAmongOthers) {
       {"kind": "orphaned_context", "severity": "critical", "pid": 5, "gpu": 0, "message": "e", "holders": []},
       {"kind": "ghost_memory", "severity": "warning", "pid": null, "gpu": 2, "message": "f"}
     ]})");
+  // On a shared GPU: its pod's processes, the PIDs seen in its cgroup (4: a
+  // dead creator), and zombie groups; not a context another pod's dead
+  // process left that its process happens to hold the device of (d names 11).
   StepReport s;
-  read_trace(trace, ScenarioIdentity{"u-1", {11, 31}, std::nullopt}, s);
+  read_trace(trace, ScenarioIdentity{"u-1", {11, 31, 5}, std::nullopt}, s);
   EXPECT_TRUE(s.pod_named);
   ASSERT_EQ(s.trace_findings.size(), 3U);
   EXPECT_EQ(s.trace_findings[0].message, "a");  // its pod's process
   EXPECT_EQ(s.trace_findings[1].message, "c");  // a zombie of its cgroup (zombies leave the pod)
-  EXPECT_EQ(s.trace_findings[2].message, "d");  // a context its process holds
-  EXPECT_EQ(s.trace_findings[2].holders, std::vector<pid_t>{11});
+  EXPECT_EQ(s.trace_findings[2].message, "e");  // its dead creator's context
+  EXPECT_EQ(s.trace_findings[2].gpu, 0U);
 
   // With a device of its own, that device's dead listings and ghost memory are its own too.
   StepReport dev;
@@ -230,6 +233,10 @@ TEST(LabReading, TraceFindingsOfOnePodAmongOthers) {
   ASSERT_EQ(dev.trace_findings.size(), 1U);
   EXPECT_EQ(dev.trace_findings[0].message, "f");
   EXPECT_FALSE(dev.pod_named);
+  StepReport dev3;
+  read_trace(trace, ScenarioIdentity{"u-9", {}, 3U}, dev3);
+  ASSERT_EQ(dev3.trace_findings.size(), 1U);
+  EXPECT_EQ(dev3.trace_findings[0].holders, std::vector<pid_t>{11});
 
   StepReport junk;
   read_trace(json::parse(R"({"processes": 3, "findings": [{"kind": 1}]})"), ScenarioIdentity{},
@@ -322,7 +329,7 @@ TEST(LabReport, NotesSayWhatHappened) {
   s.pid1 = "sleep infinity";
   s.zombies = {3};
   s.trace_exit = 1;
-  s.trace_findings = {{"zombie", "warning", 1234, {}, "z"}};
+  s.trace_findings = {{"zombie", "warning", 1234, std::nullopt, {}, "z"}};
   m.steps.push_back(s);
   const std::string md = notes_markdown(m);
   EXPECT_NE(md.find("SIGKILL to PID 1 at 30.00 s"), std::string::npos) << md;
