@@ -1,4 +1,4 @@
-# The front door. `make demo` and `make test` install what they need first.
+# The front door. `make lab` and `make test` install what they need first.
 .PHONY: deps build lab test demo bench clean
 
 JOBS ?= $(shell nproc)
