@@ -291,6 +291,17 @@ TEST(LabReport, ComparisonCarriesEveryRunsNumbers) {
   EXPECT_NE(md.find("| | S1 | S4 | S7 |"), std::string::npos);
 }
 
+TEST(LabReport, SavingsOfTheFixesAgainstTheUnfixedScenarios) {
+  const std::string md = comparison_markdown(
+      {ran("S1", 30, 60.5), ran("S2", 0.1, 0.25), ran("S3", 20, 40), ran("S4", 0.1, 0.2), ran("S5", 2, 4)});
+  EXPECT_NE(md.find("| held under | GiB·s | wasted vs S4 (0.20 GiB·s) | wasted vs S5 (4.00 GiB·s) |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| S1 | 60.50 | 60.30 | 56.50 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| S3 | 40.00 | 39.80 | 36.00 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| S2 | 0.25 | 0.05 | -3.75 |"), std::string::npos) << md;
+}
+
 TEST(LabReport, TenWorkersAreComparedWithThePlans740) {
   auto w10 = ran("S1-w10", 30.0, 600.0);
   w10.workers = 10;
@@ -298,6 +309,9 @@ TEST(LabReport, TenWorkersAreComparedWithThePlans740) {
   const std::string md = comparison_markdown({ran("S1", 30, 60), w10});
   EXPECT_NE(md.find("S1-w10 against the plan's 740 GB·s"), std::string::npos) << md;
   EXPECT_NE(md.find("644.25 GB·s"), std::string::npos) << md;  // 600 GiB·s
+  // 2 GiB per worker for 30 s of a 30 s grace against the plan's 2.47 GB.
+  EXPECT_NE(md.find("2.15 GB per worker for 30.00 s of a 30.00 s grace, 0.87× the plan's"), std::string::npos)
+      << md;
 }
 
 TEST(LabReport, TimelineHasOneEscapedSeriesPerRunScenario) {
