@@ -37,7 +37,10 @@ struct ScanStats {
   unsigned denied = 0;     // EACCES/EPERM on status or stat
   unsigned malformed = 0;  // stat or status present but unparsable
   std::string fds_from;    // "bpf" or "procfs" ("" when descriptors were not read)
-  std::string fds_note;    // why "procfs" although the iterator was allowed
+  std::string fds_loader;  // for "bpf": "light_skeleton" or "libbpf_skeleton"
+  // Why each faster way was passed over: the light skeleton for libbpf's, or
+  // both for "procfs" although the iterator was allowed. Empty when none was.
+  std::string fds_note;
   bool operator==(const ScanStats&) const = default;
 };
 

@@ -11,8 +11,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$out/nvidia-smi.txt"
 "$BIN/gpureap" --version || { echo "gpureap does not run here:"; ldd "$BIN/gpureap"; exit 2; }
-# The kernel-dependent unit tests (BPF iterators read through this kernel's BTF).
-"$BIN/proc_unit_tests" --gtest_filter='KernelFds.*:Btf.TheRunningKernel*' --gtest_brief=1 2>&1 | tee "$out/kernel-tests.txt"
+# The kernel-dependent unit tests (BPF iterators, CO-RE against this kernel's BTF,
+# each loader's fallback by failure injection).
+"$BIN/proc_unit_tests" --gtest_filter='KernelFds.*:KernelLoaders.*' --gtest_brief=1 2>&1 | tee "$out/kernel-tests.txt"
 kernel_rc=${PIPESTATUS[0]}
 PYTHONUNBUFFERED=1 python3 tests/device/gpu_checks.py 2>&1 | tee "$out/gpu-run.log"
 rc=${PIPESTATUS[0]}
