@@ -155,7 +155,12 @@ class Aggregator {
     ++current_.fd_count;
     KernelFdRecord k{r.mode, user_dev_from_kernel(r.rdev), user_dev_from_kernel(r.dev), r.ino};
     auto m = match_kernel_fd(devices_, k);
-    if (m.node >= 0 || m.rdev) current_.gpu_files.push_back(r.file);
+    if (m.node >= 0 || m.rdev) {
+      current_.gpu_files.push_back(r.file);
+      // kcmp compares by number in the leader's table; a thread with a table
+      // of its own numbers another.
+      if (r.pid == r.tgid) current_.gpu_fd_numbers.push_back(static_cast<int>(r.fd));
+    }
     if (m.node >= 0) {
       ++node_counts_[static_cast<std::size_t>(m.node)];
     } else if (m.rdev) {
@@ -185,6 +190,8 @@ class Aggregator {
       auto& into = merged.back();
       into.fd_count += s.fd_count;
       into.gpu_files.insert(into.gpu_files.end(), s.gpu_files.begin(), s.gpu_files.end());
+      into.gpu_fd_numbers.insert(into.gpu_fd_numbers.end(), s.gpu_fd_numbers.begin(),
+                                 s.gpu_fd_numbers.end());
       std::sort(into.gpu_files.begin(), into.gpu_files.end());
       into.gpu_files.erase(std::unique(into.gpu_files.begin(), into.gpu_files.end()),
                            into.gpu_files.end());

@@ -44,6 +44,7 @@ struct KernelFdSummary {
   // The open file descriptions of those GPU descriptors (kernel file objects),
   // sorted, no repeats: Process::gpu_files.
   std::vector<std::uint64_t> gpu_files;
+  std::vector<int> gpu_fd_numbers;  // their numbers in the leader's table (for kcmp)
 };
 
 // What /proc/PID/status would give for one process, from a BPF task iterator.

@@ -46,7 +46,7 @@ struct Process {
   // the kernel iterator gives its file objects' addresses; for the /proc walk
   // proc/file_identity numbers them with kcmp(KCMP_FILE). Empty when unknown.
   std::vector<std::uint64_t> gpu_files;
-  // The /proc walk's GPU descriptor numbers, for kcmp; empty from the iterator.
+  // The GPU descriptors' numbers (in the leader's table), for kcmp.
   std::vector<int> gpu_fd_numbers;
   unsigned fd_count = 0;           // all descriptors seen
   bool fds_readable = false;       // false: /proc/<pid>/fd could not be listed (permission, race)

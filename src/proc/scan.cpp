@@ -228,6 +228,7 @@ struct Reader {
         p.fds_readable = true;
         p.gpu_fds = std::move(k->gpu_fds);
         p.gpu_files = std::move(k->gpu_files);
+        p.gpu_fd_numbers = std::move(k->gpu_fd_numbers);
         return;
       }
     }
@@ -437,6 +438,13 @@ sys::Result<Process> read_process(const sys::HostRoot& root, pid_t pid, const Sc
     case Outcome::malformed: return sys::Error{EBADMSG, why};
   }
   return sys::Error{EBADMSG, why};
+}
+
+sys::Result<std::vector<std::string>> read_mapped_files(const sys::HostRoot& root, pid_t pid) {
+  const std::string rel = "proc/" + std::to_string(pid) + "/maps";
+  auto text = root.read_file(rel);
+  if (!text) return text.error();
+  return parse_mapped_files(*text);
 }
 
 }  // namespace gpureap::proc

@@ -59,4 +59,8 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
 // vanished() / denied(); EBADMSG for unparsable content.
 sys::Result<Process> read_process(const sys::HostRoot& root, pid_t pid, const ScanOptions& options);
 
+// The files process `pid` has mapped (<root>/proc/PID/maps, parse_mapped_files).
+// Errors keep errno: vanished() / denied().
+sys::Result<std::vector<std::string>> read_mapped_files(const sys::HostRoot& root, pid_t pid);
+
 }  // namespace gpureap::proc
