@@ -245,7 +245,15 @@ bool ObserveReport::fails_check() const {
                      [](const ObserveFinding& f) { return f.severity != Severity::info; });
 }
 
-ObserveReport analyse_observe(const NodeSnapshot& snap, const std::vector<Finding>& found) {
+ObserveReport analyse_observe(const NodeSnapshot& snap, const std::vector<Finding>& grouped) {
+  // Judged one by one from inside the namespace: what detect_all grouped under
+  // a root cause (Finding::related) counts on its own here.
+  std::vector<Finding> found;
+  for (const auto& f : grouped) {
+    found.push_back(f);
+    found.back().related.clear();
+    found.insert(found.end(), f.related.begin(), f.related.end());
+  }
   ObserveReport rep;
   rep.pid1 = analyse_pid1(snap);
 

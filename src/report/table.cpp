@@ -173,6 +173,11 @@ void emit_trace_table(const node::NodeSnapshot& snap, const std::vector<findings
     for (const auto& f : found) {
       put(fmt::format("  [{}] {}: {}\n      advice: {}\n", findings::to_string(f.severity),
                       findings::to_string(f.kind), f.message, f.advice));
+      // Findings about the holders it names: the same root cause, indented under it.
+      for (const auto& r : f.related) {
+        put(fmt::format("      related [{}] {}: {}\n", findings::to_string(r.severity),
+                        findings::to_string(r.kind), r.message));
+      }
     }
   }
 
@@ -181,6 +186,7 @@ void emit_trace_table(const node::NodeSnapshot& snap, const std::vector<findings
       "\nSummary: {} GPU processes ({} listed, {} hidden), {} listed PIDs dead (orphaned "
       "contexts), {} zombies, {} orphans, {} findings",
       s.gpu_processes, s.listed, s.hidden, s.dead_listed, s.zombies, s.orphans, s.findings);
+  if (s.related > 0) out += fmt::format(" ({} related grouped under them)", s.related);
   if (s.scan_skipped > 0) out += fmt::format("; {} /proc entries skipped", s.scan_skipped);
   out += "\n";
   put(out);
