@@ -181,10 +181,9 @@ std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const Detec
       f.advice = "Holds only control nodes; usually harmless.";
     } else if (evidence.driver_client(r)) {
       f.severity = Severity::info;
-      f.message +=
-          ": a driver client without a GPU context (it opened the device files itself: no open "
-          "file description shared with a process the driver lists, and no context of a gone "
-          "process by the evidence)";
+      // docs/contexts.md: it shares no description with a listed process and
+      // holds no gone creator's context by the evidence.
+      f.message += ": a driver client without a GPU context";
       f.advice = "Nothing to do: NVML clients (monitoring agents, nvidia-smi) hold descriptors "
                  "without a context.";
     } else {
@@ -202,18 +201,37 @@ std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const Detec
 std::vector<Finding> detect_ghost_memory(const NodeSnapshot& snap, const DetectOptions& opt) {
   std::vector<Finding> out;
   for (const auto& d : snap.gpu.devices) {
-    if (!d.memory || !d.processes.empty()) continue;
-    // v1 "used" includes reserved memory (615 MiB on an idle H200): only v2 can tell.
-    if (!d.memory->reserved) continue;
-    if (d.memory->used < opt.ghost_threshold_bytes) continue;
+    if (!d.memory) continue;
     Finding f;
+    if (d.memory->reserved) {
+      // v2: `used` excludes reserved memory; any used memory with no process listed is a ghost.
+      if (!d.processes.empty() || d.memory->used < opt.ghost_threshold_bytes) continue;
+      f.message = fmt::format(
+          "GPU {} ({}) has {} MiB used by v2 accounting (reserved {} MiB not counted) and the "
+          "driver lists no process",
+          d.index, d.uuid, d.memory->used >> 20, *d.memory->reserved >> 20);
+    } else {
+      // v1 only: `used` includes reserved memory, so what no listed process
+      // explains must exceed the threshold plus an allowance for it.
+      std::uint64_t listed = 0;
+      bool known = true;
+      for (const auto& p : d.processes) {
+        if (!p.used_memory) known = false;
+        listed += p.used_memory.value_or(0);
+      }
+      if (!known) continue;  // a process of unknown size may explain it all
+      const std::uint64_t unexplained = d.memory->used > listed ? d.memory->used - listed : 0;
+      if (unexplained < opt.ghost_threshold_bytes + opt.v1_reserved_allowance_bytes) continue;
+      f.message = fmt::format(
+          "GPU {} ({}) has {} MiB used by v1 accounting (reserved memory included: the driver "
+          "has no v2 memory info), {} MiB of it explained by no listed process: more than the "
+          "{} MiB threshold plus {} MiB allowed for reserved memory",
+          d.index, d.uuid, d.memory->used >> 20, unexplained >> 20,
+          opt.ghost_threshold_bytes >> 20, opt.v1_reserved_allowance_bytes >> 20);
+    }
     f.kind = Kind::ghost_memory;
     f.severity = Severity::critical;
     f.device = d.index;
-    f.message = fmt::format(
-        "GPU {} ({}) has {} MiB used (reserved {} MiB not counted) and the driver lists no "
-        "process",
-        d.index, d.uuid, d.memory->used >> 20, *d.memory->reserved >> 20);
     f.advice =
         "Look for holders in other PID namespaces (run with hostPID) and hidden holders; if "
         "none, drain the node and reset the GPU (nvidia-smi --gpu-reset) or reboot.";

@@ -113,7 +113,13 @@ struct ContextEvidenceRule {
 };
 
 struct DetectOptions {
-  std::uint64_t ghost_threshold_bytes = 128ULL << 20;  // v2 "used" with no listed process
+  // Ghost memory: used memory the driver's process list does not explain, at
+  // least this much (docs/ghost-memory.md).
+  std::uint64_t ghost_threshold_bytes = 128ULL << 20;
+  // With v1 accounting only (drivers before R510), `used` includes the memory
+  // the driver reserves for itself (615 MiB on an idle H200): so much more
+  // must be unexplained before it counts.
+  std::uint64_t v1_reserved_allowance_bytes = 1024ULL << 20;
   // Processes known to hold GPU descriptors without a context (NVML clients):
   // their hidden_holder findings are info, not warnings.
   std::vector<std::string> monitor_comms = {"dcgm-exporter", "nv-hostengine", "nvidia-device-p",

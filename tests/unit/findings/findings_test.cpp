@@ -524,10 +524,9 @@ TEST(Contexts, ALiveCreatorsInheritorIsALatentOrphanedContext) {
   EXPECT_NE(table.find("1 findings (1 related grouped under them)"), std::string::npos) << table;
 }
 
-TEST(DetectGhostMemory, OnlyV2UsedAboveThresholdWithNoListedProcess) {
+TEST(DetectGhostMemory, V2UsedAboveThresholdWithNoListedProcess) {
   Builder b;
   b.device(0, 1024 * kMiB, 615 * kMiB);           // ghost
-  b.device(1, 1024 * kMiB, std::nullopt);          // v1 only: used includes reserved, skip
   b.device(2, 64 * kMiB, 615 * kMiB);              // under the threshold
   b.device(3, 1024 * kMiB, 615 * kMiB);            // has a listed process
   b.add(process(5, 1, "x"));
@@ -536,6 +535,37 @@ TEST(DetectGhostMemory, OnlyV2UsedAboveThresholdWithNoListedProcess) {
   ASSERT_EQ(found.size(), 1U);
   EXPECT_EQ(found[0].device, 0U);
   EXPECT_EQ(found[0].kind, Kind::ghost_memory);
+  EXPECT_NE(found[0].message.find("by v2 accounting"), std::string::npos) << found[0].message;
+}
+
+TEST(DetectGhostMemory, V1UnexplainedMemoryBeyondTheReservedAllowance) {
+  // v1 `used` includes reserved memory: only what no listed process explains
+  // beyond the threshold (128 MiB) plus the allowance (1024 MiB) is a ghost.
+  Builder b;
+  b.device(0, 615 * kMiB, std::nullopt);           // an idle H200 by v1: no ghost
+  b.device(1, 3072 * kMiB, std::nullopt);          // 3 GiB, nobody listed: ghost
+  b.device(2, 4096 * kMiB, std::nullopt);          // 1 GiB beyond its listed 3 GiB: within
+  b.device(3, 5120 * kMiB, std::nullopt);          // 3 GiB beyond its listed 2 GiB: ghost
+  b.device(4, 5120 * kMiB, std::nullopt);          // a listed process of unknown size: cannot say
+  b.add(process(5, 1, "x"));
+  b.list(2, 5, 3072 * kMiB);
+  b.list(3, 5, 2048 * kMiB);
+  b.list(4, 5, std::nullopt);
+  auto found = gpureap::findings::detect_ghost_memory(b.build(), {});
+  ASSERT_EQ(found.size(), 2U);
+  EXPECT_EQ(found[0].device, 1U);
+  EXPECT_EQ(found[1].device, 3U);
+  EXPECT_NE(found[1].message.find("5120 MiB used by v1 accounting"), std::string::npos)
+      << found[1].message;
+  EXPECT_NE(found[1].message.find("3072 MiB of it explained by no listed process"),
+            std::string::npos)
+      << found[1].message;
+  // The allowance is an option: without it the idle GPU's reserved memory is a ghost.
+  gpureap::findings::DetectOptions strict;
+  strict.v1_reserved_allowance_bytes = 0;
+  Builder idle;
+  idle.device(0, 615 * kMiB, std::nullopt);
+  EXPECT_EQ(gpureap::findings::detect_ghost_memory(idle.build(), strict).size(), 1U);
 }
 
 TEST(Report, JsonCarriesSchemaProcessesFindingsAndSummary) {
