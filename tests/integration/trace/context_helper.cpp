@@ -47,7 +47,8 @@ int fork_children(unsigned count, std::uint64_t bytes, bool group_leader) {
     const pid_t c = ::fork();
     if (c < 0) return fail(std::string("fork: ") + std::strerror(errno));
     if (c == 0) pause_forever();  // holds the inherited context
-    children += (i > 0 ? "," : "") + std::to_string(c);
+    if (i > 0) children += ',';
+    children += std::to_string(c);
   }
   std::printf("{\"pid\":%d,\"children\":[%s]}\n", ::getpid(), children.c_str());
   std::fflush(stdout);
