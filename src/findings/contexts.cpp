@@ -3,6 +3,8 @@
 // kernel's file objects, or kcmp), what they have mapped, and how they are
 // related to a creator the driver lists. Orphaned and latent orphaned
 // contexts, and whether an unlisted holder is only a driver client.
+#include "findings/contexts.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "findings/contexts.hpp"
 #include "findings/finding.hpp"
 
 namespace gpureap::findings {
@@ -21,7 +22,9 @@ namespace {
 using node::NodeSnapshot;
 using node::ProcessRecord;
 
-bool holds_gpu(const ProcessRecord& r) { return !r.process.gpu_fds.empty(); }
+bool holds_gpu(const ProcessRecord& r) {
+  return !r.process.gpu_fds.empty();
+}
 
 bool holds_node(const ProcessRecord& r, const std::string& node) {
   return std::any_of(r.process.gpu_fds.begin(), r.process.gpu_fds.end(),
@@ -29,7 +32,9 @@ bool holds_node(const ProcessRecord& r, const std::string& node) {
 }
 
 // The open file descriptions of its GPU descriptors are known (empty: not).
-bool files_known(const ProcessRecord& r) { return !r.process.gpu_files.empty(); }
+bool files_known(const ProcessRecord& r) {
+  return !r.process.gpu_files.empty();
+}
 
 // How many open file descriptions two processes share (sorted, unique lists).
 std::size_t shared_files(const ProcessRecord& a, const ProcessRecord& b) {
@@ -65,7 +70,8 @@ std::string plural(std::size_t n, const char* one, const char* many) {
 }
 
 // Whether a mapped device node is the rule's entry `wanted`, for GPU `node`.
-bool rule_entry_maps(const std::string& wanted, const std::string& mapped, const std::string& node) {
+bool rule_entry_maps(const std::string& wanted, const std::string& mapped,
+                     const std::string& node) {
   return wanted == mapped || (wanted == "nvidia#" && mapped == node);
 }
 
@@ -165,7 +171,8 @@ std::optional<std::string> ContextEvidence::holder_evidence(const ProcessRecord&
     std::vector<std::string> shown;  // in the rule's order
     for (const auto& wanted : opt_.context_evidence.mapped_nodes) {
       for (const auto& m : *r.gpu_mappings) {
-        if (rule_entry_maps(wanted, m, node) && std::find(shown.begin(), shown.end(), m) == shown.end()) {
+        if (rule_entry_maps(wanted, m, node) &&
+            std::find(shown.begin(), shown.end(), m) == shown.end()) {
           shown.push_back(m);
         }
       }

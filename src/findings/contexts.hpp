@@ -42,9 +42,9 @@ class ContextEvidence {
  private:
   const node::NodeSnapshot& snap_;
   const DetectOptions& opt_;
-  std::vector<const node::ProcessRecord*> listed_;     // live listed holders
-  bool listed_files_unknown_ = false;                  // some of them without known files
-  std::vector<const node::DriverListing*> gone_;       // listings whose process is gone
+  std::vector<const node::ProcessRecord*> listed_;  // live listed holders
+  bool listed_files_unknown_ = false;               // some of them without known files
+  std::vector<const node::DriverListing*> gone_;    // listings whose process is gone
 };
 
 }  // namespace gpureap::findings

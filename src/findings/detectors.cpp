@@ -14,7 +14,8 @@ std::string_view to_string(Kind k) {
     case Kind::zombie: return "zombie";
     case Kind::orphan: return "orphan";
     case Kind::orphaned_context: return "orphaned_context";
-    case Kind::latent_orphaned_context: return "latent_orphaned_context";
+    case Kind::latent_orphaned_context:
+      return "latent_orphaned_context";
     case Kind::hidden_holder: return "hidden_holder";
     case Kind::ghost_memory: return "ghost_memory";
     case Kind::nccl_missing_rank: return "nccl_missing_rank";
@@ -184,8 +185,9 @@ std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const Detec
       // docs/contexts.md: it shares no description with a listed process and
       // holds no gone creator's context by the evidence.
       f.message += ": a driver client without a GPU context";
-      f.advice = "Nothing to do: NVML clients (monitoring agents, nvidia-smi) hold descriptors "
-                 "without a context.";
+      f.advice =
+          "Nothing to do: NVML clients (monitoring agents, nvidia-smi) hold descriptors "
+          "without a context.";
     } else {
       f.severity = Severity::warning;
       f.advice =
@@ -226,8 +228,8 @@ std::vector<Finding> detect_ghost_memory(const NodeSnapshot& snap, const DetectO
           "GPU {} ({}) has {} MiB used by v1 accounting (reserved memory included: the driver "
           "has no v2 memory info), {} MiB of it explained by no listed process: more than the "
           "{} MiB threshold plus {} MiB allowed for reserved memory",
-          d.index, d.uuid, d.memory->used >> 20, unexplained >> 20,
-          opt.ghost_threshold_bytes >> 20, opt.v1_reserved_allowance_bytes >> 20);
+          d.index, d.uuid, d.memory->used >> 20, unexplained >> 20, opt.ghost_threshold_bytes >> 20,
+          opt.v1_reserved_allowance_bytes >> 20);
     }
     f.kind = Kind::ghost_memory;
     f.severity = Severity::critical;

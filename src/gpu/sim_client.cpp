@@ -1,4 +1,3 @@
-#include "sys/parse_number.hpp"
 #include "gpu/sim_client.hpp"
 
 #include <fcntl.h>
@@ -9,6 +8,8 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+
+#include "sys/parse_number.hpp"
 
 namespace gpureap::gpu::sim {
 

@@ -69,7 +69,8 @@ class Mapping {
   Mapping() = default;
   Mapping(void* address, std::size_t length) : address_(address), length_(length) {}
   Mapping(Mapping&& other) noexcept
-      : address_(std::exchange(other.address_, nullptr)), length_(std::exchange(other.length_, 0)) {}
+      : address_(std::exchange(other.address_, nullptr)),
+        length_(std::exchange(other.length_, 0)) {}
   Mapping& operator=(Mapping&& other) noexcept;
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;

@@ -31,7 +31,9 @@ void resolve_containers(NodeSnapshot& snap, const container::Resolvers& resolver
   }
 }
 
-bool holds_gpu(const ProcessRecord& r) { return !r.process.gpu_fds.empty(); }
+bool holds_gpu(const ProcessRecord& r) {
+  return !r.process.gpu_fds.empty();
+}
 
 // Where some GPU holder's open file descriptions are unknown (the /proc walk
 // read it), number every holder's with kcmp, so all compare. Only when the
@@ -52,7 +54,8 @@ void identify_shared_files(NodeSnapshot& snap, const sys::HostRoot& root) {
 }
 
 // The name a mapped file has among the GPU device nodes, if it is one.
-std::optional<std::string> mapped_node(const std::string& path, const proc::DeviceMatcher& devices) {
+std::optional<std::string> mapped_node(const std::string& path,
+                                       const proc::DeviceMatcher& devices) {
   for (const auto& n : devices.nodes) {
     if (path == n.path) return n.name;
   }
@@ -75,11 +78,10 @@ void read_context_mappings(NodeSnapshot& snap, const sys::HostRoot& root,
   if (nodes.empty()) return;
   for (auto& r : snap.records) {
     if (r.listed() || r.process.zombie() || r.process.pid == snap.self_pid) continue;
-    const bool in_question = std::any_of(r.process.gpu_fds.begin(), r.process.gpu_fds.end(),
-                                         [&](const proc::DeviceUse& d) {
-                                           return std::find(nodes.begin(), nodes.end(), d.device) !=
-                                                  nodes.end();
-                                         });
+    const bool in_question = std::any_of(
+        r.process.gpu_fds.begin(), r.process.gpu_fds.end(), [&](const proc::DeviceUse& d) {
+          return std::find(nodes.begin(), nodes.end(), d.device) != nodes.end();
+        });
     if (!in_question) continue;
     auto files = proc::read_mapped_files(root, r.process.pid);
     if (!files) continue;  // vanished or denied: no evidence either way

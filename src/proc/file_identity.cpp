@@ -29,8 +29,8 @@ bool same_pid_namespace(const sys::HostRoot& root) {
 
 }  // namespace
 
-std::vector<std::uint64_t> ids_by_order(std::size_t n,
-                                        const std::function<int(std::size_t, std::size_t)>& compare) {
+std::vector<std::uint64_t> ids_by_order(
+    std::size_t n, const std::function<int(std::size_t, std::size_t)>& compare) {
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
   std::vector<std::size_t> merged(n);
@@ -39,7 +39,8 @@ std::vector<std::uint64_t> ids_by_order(std::size_t n,
       const std::size_t mid = std::min(lo + width, n);
       const std::size_t hi = std::min(lo + 2 * width, n);
       std::size_t a = lo, b = mid, out = lo;
-      while (a < mid && b < hi) merged[out++] = compare(order[b], order[a]) < 0 ? order[b++] : order[a++];
+      while (a < mid && b < hi)
+        merged[out++] = compare(order[b], order[a]) < 0 ? order[b++] : order[a++];
       while (a < mid) merged[out++] = order[a++];
       while (b < hi) merged[out++] = order[b++];
     }
@@ -54,10 +55,13 @@ std::vector<std::uint64_t> ids_by_order(std::size_t n,
   return ids;
 }
 
-sys::Status identify_files_by_kcmp(const sys::HostRoot& root, const std::vector<Process*>& processes,
+sys::Status identify_files_by_kcmp(const sys::HostRoot& root,
+                                   const std::vector<Process*>& processes,
                                    std::size_t max_descriptors) {
   if (!same_pid_namespace(root)) {
-    return sys::Error{EXDEV, root.join("proc") + " is not this process's PID namespace: kcmp cannot compare its pids"};
+    return sys::Error{
+        EXDEV,
+        root.join("proc") + " is not this process's PID namespace: kcmp cannot compare its pids"};
   }
   struct Descriptor {
     Process* process;
@@ -68,7 +72,8 @@ sys::Status identify_files_by_kcmp(const sys::HostRoot& root, const std::vector<
     for (int fd : p->gpu_fd_numbers) all.push_back({p, fd});
   }
   if (all.size() > max_descriptors) {
-    return sys::Error{E2BIG, std::to_string(all.size()) + " GPU descriptors, more than kcmp compares (" +
+    return sys::Error{E2BIG, std::to_string(all.size()) +
+                                 " GPU descriptors, more than kcmp compares (" +
                                  std::to_string(max_descriptors) + ")"};
   }
   if (all.empty()) return sys::Ok{};

@@ -21,8 +21,8 @@ namespace gpureap::proc {
 // equal items get the same id, counting from 1. A bottom-up merge sort: n log n
 // comparisons, and a comparison that contradicts itself (a descriptor closed
 // meanwhile) gives wrong ids at worst, never undefined behaviour. Pure.
-std::vector<std::uint64_t> ids_by_order(std::size_t n,
-                                        const std::function<int(std::size_t, std::size_t)>& compare);
+std::vector<std::uint64_t> ids_by_order(
+    std::size_t n, const std::function<int(std::size_t, std::size_t)>& compare);
 
 // Replaces Process::gpu_files of every process given by kcmp's numbering of its
 // gpu_fd_numbers, so every value is comparable across them. A descriptor kcmp
@@ -31,7 +31,8 @@ std::vector<std::uint64_t> ids_by_order(std::size_t n,
 // process's PID namespace (kcmp takes our pids), when kcmp is unavailable
 // (ENOSYS without CONFIG_KCMP, EPERM without ptrace access), or when there are
 // more than `max_descriptors` (n log n system calls).
-sys::Status identify_files_by_kcmp(const sys::HostRoot& root, const std::vector<Process*>& processes,
+sys::Status identify_files_by_kcmp(const sys::HostRoot& root,
+                                   const std::vector<Process*>& processes,
                                    std::size_t max_descriptors = 4096);
 
 }  // namespace gpureap::proc

@@ -268,39 +268,38 @@ void read_kernel_tasks(int tasks_prog, std::uint64_t ns_per_tick, KernelFdTable&
     table.tasks_note = iter.error().message;
     return;
   }
-  auto ran = read_iterator(iter->get(), sizeof(TaskRecord), "BPF task iterator",
-                           [&](const char* bytes) {
-                             TaskRecord r{};
-                             std::memcpy(&r, bytes, sizeof r);
-                             // Unreadable (a failed read leaves a 0, never a
-                             // pid) or nested deeper than recorded: status answers.
-                             if (r.uid == ~0U || r.level >= kMaxNsLevels) return;
-                             for (unsigned i = 0; i <= r.level; ++i) {
-                               if (r.nspid[i] == 0) return;
-                             }
-                             KernelTask t;
-                             t.tgid = static_cast<pid_t>(r.tgid);
-                             t.uid = static_cast<uid_t>(r.uid);
-                             t.start_ticks = r.start_ns / ns_per_tick;
-                             t.levels = static_cast<std::uint8_t>(r.level + 1);
-                             for (unsigned i = 0; i < t.levels; ++i)
-                               t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
-                             if (r.stat_ok == 1 && r.comm[0] != '\0') {
-                               StatInfo st;
-                               st.pid = t.tgid;
-                               st.comm.assign(r.comm, strnlen(r.comm, sizeof r.comm));
-                               st.state = task_state_letter(r.state, r.exit_state);
-                               st.ppid = static_cast<pid_t>(r.ppid);
-                               st.pgrp = static_cast<pid_t>(r.pgrp);
-                               st.session = static_cast<pid_t>(r.session);
-                               st.flags = r.flags;
-                               st.start_time = t.start_ticks;
-                               // Not for kernel threads: stat shows a worker's
-                               // or kthread's full name, longer than comm.
-                               if (!st.kernel_thread()) t.stat = std::move(st);
-                             }
-                             table.tasks.push_back(std::move(t));
-                           });
+  auto ran =
+      read_iterator(iter->get(), sizeof(TaskRecord), "BPF task iterator", [&](const char* bytes) {
+        TaskRecord r{};
+        std::memcpy(&r, bytes, sizeof r);
+        // Unreadable (a failed read leaves a 0, never a
+        // pid) or nested deeper than recorded: status answers.
+        if (r.uid == ~0U || r.level >= kMaxNsLevels) return;
+        for (unsigned i = 0; i <= r.level; ++i) {
+          if (r.nspid[i] == 0) return;
+        }
+        KernelTask t;
+        t.tgid = static_cast<pid_t>(r.tgid);
+        t.uid = static_cast<uid_t>(r.uid);
+        t.start_ticks = r.start_ns / ns_per_tick;
+        t.levels = static_cast<std::uint8_t>(r.level + 1);
+        for (unsigned i = 0; i < t.levels; ++i) t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
+        if (r.stat_ok == 1 && r.comm[0] != '\0') {
+          StatInfo st;
+          st.pid = t.tgid;
+          st.comm.assign(r.comm, strnlen(r.comm, sizeof r.comm));
+          st.state = task_state_letter(r.state, r.exit_state);
+          st.ppid = static_cast<pid_t>(r.ppid);
+          st.pgrp = static_cast<pid_t>(r.pgrp);
+          st.session = static_cast<pid_t>(r.session);
+          st.flags = r.flags;
+          st.start_time = t.start_ticks;
+          // Not for kernel threads: stat shows a worker's
+          // or kthread's full name, longer than comm.
+          if (!st.kernel_thread()) t.stat = std::move(st);
+        }
+        table.tasks.push_back(std::move(t));
+      });
   if (!ran) {
     table.tasks.clear();
     table.tasks_note = ran.error().message;

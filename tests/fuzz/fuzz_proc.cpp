@@ -2,9 +2,9 @@
 // the rest is the file content. The parsers promise never to crash or throw on
 // any input; ASan/UBSan catch the rest. Results are also checked for the
 // invariants the parsers document.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>

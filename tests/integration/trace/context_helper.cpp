@@ -37,9 +37,11 @@ int fail(const std::string& what) {
 }
 
 int fork_children(unsigned count, std::uint64_t bytes, bool group_leader) {
-  if (group_leader && ::setpgid(0, 0) != 0) return fail(std::string("setpgid: ") + std::strerror(errno));
+  if (group_leader && ::setpgid(0, 0) != 0)
+    return fail(std::string("setpgid: ") + std::strerror(errno));
   const std::string dir = sim::resolve_sim_dir(std::nullopt, "/");
-  if (auto st = sim::init_sim_dir(dir, sim::default_config(1)); !st) return fail(st.error().message);
+  if (auto st = sim::init_sim_dir(dir, sim::default_config(1)); !st)
+    return fail(st.error().message);
   auto ctx = sim::create_context(dir, 0, bytes);
   if (!ctx) return fail(ctx.error().message);
   std::string children;

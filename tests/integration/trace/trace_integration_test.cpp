@@ -126,9 +126,10 @@ class TraceIntegration : public ::testing::Test {
   // The node is the real one: other tests' processes (zombies, say) may share it,
   // so a scenario asserts on its own processes and findings, and on exit 1 only
   // where it planted a finding itself.
-  json trace(std::optional<int> expected_exit = std::nullopt, const std::string& fd_source = "auto") {
-    auto r = gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "sim", "--json",
-                                    "--fd-source", fd_source},
+  json trace(std::optional<int> expected_exit = std::nullopt,
+             const std::string& fd_source = "auto") {
+    auto r = gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "sim",
+                                    "--json", "--fd-source", fd_source},
                                    env_);
     if (expected_exit) {
       EXPECT_EQ(r.exit_code, *expected_exit) << r.err;
@@ -167,7 +168,8 @@ class TraceIntegration : public ::testing::Test {
     std::vector<pid_t> children;
   };
   Prefork prefork(unsigned n, std::uint64_t bytes, bool group_leader, Strays& strays) {
-    std::vector<std::string> argv{kContextHelper, "fork-children", std::to_string(n), std::to_string(bytes)};
+    std::vector<std::string> argv{kContextHelper, "fork-children", std::to_string(n),
+                                  std::to_string(bytes)};
     if (group_leader) argv.emplace_back("--group-leader");
     Prefork p{Child::spawn(argv, env_), {}};
     json ready = ready_line(p.creator);
@@ -351,7 +353,8 @@ TEST_F(TraceIntegration, ChildrenOfADeadCreatorAreOneOrphanedContext) {
     ASSERT_NE(ctx, nullptr) << doc["findings"].dump(2);
     EXPECT_EQ(holder_pids(*ctx), server.children) << ctx->dump(2);
     for (const auto& h : (*ctx)["holders"]) {
-      EXPECT_NE(h["reason"].get<std::string>().find("open file description"), std::string::npos) << h;
+      EXPECT_NE(h["reason"].get<std::string>().find("open file description"), std::string::npos)
+          << h;
     }
     std::vector<pid_t> related;
     for (const auto& r : (*ctx)["related"]) {
@@ -372,9 +375,11 @@ TEST_F(TraceIntegration, ChildrenOfADeadCreatorAreOneOrphanedContext) {
   }
 
   // The table indents the related findings under their root cause.
-  auto table = gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "sim"}, env_);
+  auto table =
+      gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "sim"}, env_);
   EXPECT_EQ(table.exit_code, 1);
-  EXPECT_NE(table.out.find("      related [warning] hidden_holder: pid " + std::to_string(server.children[0])),
+  EXPECT_NE(table.out.find("      related [warning] hidden_holder: pid " +
+                           std::to_string(server.children[0])),
             std::string::npos)
       << table.out;
 }

@@ -354,7 +354,8 @@ proc::Process nvml_monitor(pid_t pid) {
   return p;
 }
 
-const gpureap::findings::Finding* first_of(const std::vector<gpureap::findings::Finding>& found, Kind k) {
+const gpureap::findings::Finding* first_of(const std::vector<gpureap::findings::Finding>& found,
+                                           Kind k) {
   for (const auto& f : found) {
     if (f.kind == k) return &f;
   }
@@ -526,7 +527,7 @@ TEST(Contexts, ALiveCreatorsInheritorIsALatentOrphanedContext) {
 
 TEST(DetectGhostMemory, V2UsedAboveThresholdWithNoListedProcess) {
   Builder b;
-  b.device(0, 1024 * kMiB, 615 * kMiB);           // ghost
+  b.device(0, 1024 * kMiB, 615 * kMiB);            // ghost
   b.device(2, 64 * kMiB, 615 * kMiB);              // under the threshold
   b.device(3, 1024 * kMiB, 615 * kMiB);            // has a listed process
   b.add(process(5, 1, "x"));
@@ -542,11 +543,11 @@ TEST(DetectGhostMemory, V1UnexplainedMemoryBeyondTheReservedAllowance) {
   // v1 `used` includes reserved memory: only what no listed process explains
   // beyond the threshold (128 MiB) plus the allowance (1024 MiB) is a ghost.
   Builder b;
-  b.device(0, 615 * kMiB, std::nullopt);           // an idle H200 by v1: no ghost
-  b.device(1, 3072 * kMiB, std::nullopt);          // 3 GiB, nobody listed: ghost
-  b.device(2, 4096 * kMiB, std::nullopt);          // 1 GiB beyond its listed 3 GiB: within
-  b.device(3, 5120 * kMiB, std::nullopt);          // 3 GiB beyond its listed 2 GiB: ghost
-  b.device(4, 5120 * kMiB, std::nullopt);          // a listed process of unknown size: cannot say
+  b.device(0, 615 * kMiB, std::nullopt);   // an idle H200 by v1: no ghost
+  b.device(1, 3072 * kMiB, std::nullopt);  // 3 GiB, nobody listed: ghost
+  b.device(2, 4096 * kMiB, std::nullopt);  // 1 GiB beyond its listed 3 GiB: within
+  b.device(3, 5120 * kMiB, std::nullopt);  // 3 GiB beyond its listed 2 GiB: ghost
+  b.device(4, 5120 * kMiB, std::nullopt);  // a listed process of unknown size: cannot say
   b.add(process(5, 1, "x"));
   b.list(2, 5, 3072 * kMiB);
   b.list(3, 5, 2048 * kMiB);

@@ -138,7 +138,9 @@ int do_init(const char* name) {
 unsigned device_count() { return has("no_devices") ? 0U : 2U; }
 
 // GPU 0 lists nothing in these worlds.
-bool gpu0_empty() { return has("idle") || has("ghost_3g"); }
+bool gpu0_empty() {
+  return has("idle") || has("ghost_3g");
+}
 
 // A GPU's used memory by v2 accounting (reserved excluded); in the idle and
 // ghost worlds GPU 1 is idle.

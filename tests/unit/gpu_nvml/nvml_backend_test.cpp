@@ -1,6 +1,8 @@
 // The NVML backend against fake_nvml.cpp: each version fallback, the growth
 // loop, the stride check, missing optional symbols, missing library/driver,
 // and calls that never return. Scenarios are documented in fake_nvml.cpp.
+#include "gpu/nvml_backend.hpp"
+
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -8,14 +10,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "findings/finding.hpp"
-#include "gpu/nvml_backend.hpp"
 #include "node/snapshot.hpp"
 
 namespace gpureap::gpu {

@@ -1,13 +1,14 @@
 // gpureap observe's classification on hand-built snapshots taken INSIDE a
 // container: /proc is the container's, so every record's PID is local (NSpid has
 // one entry). Each case states the situation it stands for.
+#include "observe/observe.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "findings/finding.hpp"
 #include "node/snapshot.hpp"
-#include "observe/observe.hpp"
 #include "snapshot_builder.hpp"
 
 namespace {

@@ -84,7 +84,8 @@ class SharedDescriptions : public ::testing::Test {
     std::ofstream(dev_) << "";
     struct stat st {};
     ASSERT_EQ(::stat(dev_.c_str(), &st), 0);
-    devices_.nodes.push_back(DeviceNode{"nvidia0", dev_, std::nullopt, FileId{st.st_dev, st.st_ino}});
+    devices_.nodes.push_back(
+        DeviceNode{"nvidia0", dev_, std::nullopt, FileId{st.st_dev, st.st_ino}});
     // The parent opens twice, then forks the child, which pauses until
     // PDEATHSIG ends it with the parent.
     const std::string dev = dev_;
@@ -144,7 +145,8 @@ class SharedDescriptions : public ::testing::Test {
     EXPECT_EQ(parent.gpu_files.size(), 2U);
     EXPECT_EQ(parent.gpu_files, child.gpu_files);
     ASSERT_EQ(stranger.gpu_files.size(), 1U);
-    EXPECT_EQ(std::count(parent.gpu_files.begin(), parent.gpu_files.end(), stranger.gpu_files[0]), 0);
+    EXPECT_EQ(std::count(parent.gpu_files.begin(), parent.gpu_files.end(), stranger.gpu_files[0]),
+              0);
   }
 
   fs::path dir_;

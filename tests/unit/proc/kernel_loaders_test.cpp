@@ -157,7 +157,8 @@ class KernelLoaders : public ::testing::Test {
     std::ofstream(dev) << "";
     struct stat st {};
     ASSERT_EQ(::stat(dev.c_str(), &st), 0);
-    devices_.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{st.st_dev, st.st_ino}});
+    devices_.nodes.push_back(
+        DeviceNode{"nvidia0", dev, std::nullopt, FileId{st.st_dev, st.st_ino}});
     holder_.emplace(spawn_ready(pipes_, [&] {
       for (int i = 0; i < 3; ++i) ::open(dev.c_str(), O_RDONLY);
     }));
@@ -213,15 +214,17 @@ TEST_F(KernelLoaders, WithoutLightSkeletonSupportLibbpfLoadsAndTheNoteSaysWhy) {
 TEST_F(KernelLoaders, WithoutIteratorSupportTheScanWalksProcAndTheNoteNamesEachLoader) {
   // Iterators are attached with BPF_LINK_CREATE (Linux 5.8): refused, neither
   // skeleton can start one.
-  auto o = scan_in_child(devices_, holder_->pid(), [] { return refuse_bpf_command(BPF_LINK_CREATE); });
+  auto o =
+      scan_in_child(devices_, holder_->pid(), [] { return refuse_bpf_command(BPF_LINK_CREATE); });
   ASSERT_TRUE(o.injected) << o.fds_note;
   EXPECT_EQ(o.fds_from, "procfs");
   EXPECT_EQ(o.fds_loader, "");
   EXPECT_NE(o.fds_note.find("light skeleton: attach the BPF descriptor iterator: Invalid argument"),
             std::string::npos)
       << o.fds_note;
-  EXPECT_NE(o.fds_note.find("libbpf skeleton: attach the BPF descriptor iterator: Invalid argument"),
-            std::string::npos)
+  EXPECT_NE(
+      o.fds_note.find("libbpf skeleton: attach the BPF descriptor iterator: Invalid argument"),
+      std::string::npos)
       << o.fds_note;
   EXPECT_EQ(o.holder_fds, 3U);  // the /proc walk still sees the holder
   EXPECT_NE(o.kernel_error.find("libbpf skeleton"), std::string::npos) << o.kernel_error;

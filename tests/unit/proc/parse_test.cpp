@@ -378,13 +378,11 @@ namespace {
 TEST(ParseMappedFiles, Real) {
   auto files = parse_mapped_files(fixture("gpu_holder.maps"));
   // Each file once, in order; no [heap], [vdso], [stack] or anonymous mapping.
-  EXPECT_EQ(files, (std::vector<std::string>{"/root/.pyenv/versions/3.11.7/bin/python3.11",
-                                             "/dev/zero (deleted)",
-                                             "/tmp/gpureap-maps/gone (deleted)",
-                                             "/tmp/gpureap-maps/with space",
-                                             "/usr/lib/x86_64-linux-gnu/libc.so.6",
-                                             "/tmp/gpureap-maps/dev/nvidia-uvm",
-                                             "/usr/lib/x86_64-linux-gnu/gconv/gconv-modules.cache"}));
+  EXPECT_EQ(files, (std::vector<std::string>{
+                       "/root/.pyenv/versions/3.11.7/bin/python3.11", "/dev/zero (deleted)",
+                       "/tmp/gpureap-maps/gone (deleted)", "/tmp/gpureap-maps/with space",
+                       "/usr/lib/x86_64-linux-gnu/libc.so.6", "/tmp/gpureap-maps/dev/nvidia-uvm",
+                       "/usr/lib/x86_64-linux-gnu/gconv/gconv-modules.cache"}));
 }
 
 TEST(ParseMappedFiles, CutAndMalformedLines) {

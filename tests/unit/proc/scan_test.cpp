@@ -658,8 +658,14 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
     auto stats = t->stats;
     EXPECT_NE(stats.fds_note.find("proc/self"), std::string::npos) << stats.fds_note;
     stats.fds_note.clear();
-    EXPECT_EQ(stats, (ScanStats{.listed = 8, .scanned = 4, .vanished = 1, .denied = 0, .malformed = 3,
-                                .fds_from = "procfs", .fds_loader = "", .fds_note = ""}))
+    EXPECT_EQ(stats, (ScanStats{.listed = 8,
+                                .scanned = 4,
+                                .vanished = 1,
+                                .denied = 0,
+                                .malformed = 3,
+                                .fds_from = "procfs",
+                                .fds_loader = "",
+                                .fds_note = ""}))
         << "threads=" << threads;
     ASSERT_EQ(t->processes.size(), 4u);
     EXPECT_EQ(t->processes[0].pid, 4599);
