@@ -32,7 +32,7 @@ namespace sim = gpureap::gpu::sim;
 }
 
 int fail(const std::string& what) {
-  std::fprintf(stderr, "trace_context_helper: %s\n", what.c_str());
+  (void)std::fprintf(stderr, "trace_context_helper: %s\n", what.c_str());
   return 1;
 }
 
@@ -52,7 +52,7 @@ int fork_children(unsigned count, std::uint64_t bytes, bool group_leader) {
     if (i > 0) children += ',';
     children += std::to_string(c);
   }
-  std::printf("{\"pid\":%d,\"children\":[%s]}\n", ::getpid(), children.c_str());
+  (void)std::printf("{\"pid\":%d,\"children\":[%s]}\n", ::getpid(), children.c_str());
   std::fflush(stdout);
   pause_forever();
 }
@@ -65,7 +65,7 @@ int driver_client() {
       return fail("open " + path + ": " + std::strerror(errno));
     }
   }
-  std::printf("{\"pid\":%d}\n", ::getpid());
+  (void)std::printf("{\"pid\":%d}\n", ::getpid());
   std::fflush(stdout);
   pause_forever();
 }
