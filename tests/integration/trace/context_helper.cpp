@@ -52,8 +52,10 @@ int fork_children(unsigned count, std::uint64_t bytes, bool group_leader) {
     if (i > 0) children += ',';
     children += std::to_string(c);
   }
-  (void)std::printf("{\"pid\":%d,\"children\":[%s]}\n", ::getpid(), children.c_str());
-  std::fflush(stdout);
+  if (std::printf("{\"pid\":%d,\"children\":[%s]}\n", ::getpid(), children.c_str()) < 0 ||
+      std::fflush(stdout) != 0) {
+    return fail("cannot write the ready line");
+  }
   pause_forever();
 }
 
@@ -65,8 +67,9 @@ int driver_client() {
       return fail("open " + path + ": " + std::strerror(errno));
     }
   }
-  (void)std::printf("{\"pid\":%d}\n", ::getpid());
-  std::fflush(stdout);
+  if (std::printf("{\"pid\":%d}\n", ::getpid()) < 0 || std::fflush(stdout) != 0) {
+    return fail("cannot write the ready line");
+  }
   pause_forever();
 }
 
