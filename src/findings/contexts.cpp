@@ -31,6 +31,13 @@ bool holds_node(const ProcessRecord& r, const std::string& node) {
                      [&](const proc::DeviceUse& d) { return d.device == node; });
 }
 
+unsigned fds_on(const ProcessRecord& r, const std::string& node) {
+  for (const auto& d : r.process.gpu_fds) {
+    if (d.device == node) return d.count;
+  }
+  return 0;
+}
+
 // The open file descriptions of its GPU descriptors are known (empty: not).
 bool files_known(const ProcessRecord& r) {
   return !r.process.gpu_files.empty();
@@ -166,8 +173,10 @@ std::optional<std::string> ContextEvidence::holder_evidence(const ProcessRecord&
       }
     }
   }
-  bool maps_nothing = false;  // its mappings were read and show no context
+  // Each source the rule names that could be consulted: whether it showed a context.
+  bool consulted = false;
   if (r.gpu_mappings && !opt_.context_evidence.mapped_nodes.empty()) {
+    consulted = true;
     std::vector<std::string> shown;  // in the rule's order
     for (const auto& wanted : opt_.context_evidence.mapped_nodes) {
       for (const auto& m : *r.gpu_mappings) {
@@ -177,15 +186,18 @@ std::optional<std::string> ContextEvidence::holder_evidence(const ProcessRecord&
         }
       }
     }
-    if (shown.empty()) {
-      maps_nothing = true;
-    } else {
-      evidence.push_back(fmt::format("maps {}", fmt::join(shown, ", ")));
+    if (!shown.empty()) evidence.push_back(fmt::format("maps {}", fmt::join(shown, ", ")));
+  }
+  if (opt_.context_evidence.min_gpu_node_fds > 0) {
+    consulted = true;
+    const unsigned n = fds_on(r, node);
+    if (n >= opt_.context_evidence.min_gpu_node_fds) {
+      evidence.push_back(fmt::format("holds {} descriptors of {}", n, node));
     }
   }
   if (!evidence.empty()) return fmt::format("{}", fmt::join(evidence, "; "));
-  // Mappings that show no context, and nothing else: a driver client.
-  if (maps_nothing) return std::nullopt;
+  // What the rule consults shows no context, and nothing else ties it: a driver client.
+  if (consulted) return std::nullopt;
   // Nothing learnt either way (mappings unread): named, as a holder of the node.
   return fmt::format("holds {} and is not listed by the driver", node);
 }

@@ -110,6 +110,10 @@ struct ContextEvidenceRule {
   // "nvidia#" stands for the GPU's own node, nvidia<minor>. Empty: mappings
   // are no evidence.
   std::vector<std::string> mapped_nodes = {"nvidia#", "nvidia-uvm"};
+  // At least this many descriptors on the GPU's own node show a context (a
+  // CUDA worker held 20 on nvidia0 on the H200, a pynvml agent fewer: to be
+  // measured). 0: descriptor counts are no evidence.
+  unsigned min_gpu_node_fds = 0;
 };
 
 struct DetectOptions {

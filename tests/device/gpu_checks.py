@@ -265,6 +265,14 @@ def check_context_evidence(handle, baseline):
               f"fds {json.dumps(fds, sort_keys=True)} ({sum(v for v in fds.values() if isinstance(v, int))})",
               flush=True)
     matched = {label: rule_matches(maps) for label, (maps, _) in seen.items()}
+    # The other candidate evidence: descriptors on the GPU's own node
+    # (ContextEvidenceRule::min_gpu_node_fds).
+    on_gpu = {label: fds.get("/dev/nvidia0", 0) for label, (_, fds) in seen.items()}
+    holders_min = min(v for k, v in on_gpu.items() if k != "nvml monitor")
+    print(f"  descriptors on /dev/nvidia0: {on_gpu}; min_gpu_node_fds in "
+          f"({on_gpu['nvml monitor']}, {holders_min}] would separate them"
+          if on_gpu["nvml monitor"] < holders_min else
+          f"  descriptors on /dev/nvidia0: {on_gpu}; no count separates them", flush=True)
     kill(child)
     reap_pid(child)
     kill(monitor)

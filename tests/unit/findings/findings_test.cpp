@@ -436,8 +436,9 @@ TEST(Contexts, OneChildAloneIsNamedByItsGroupOrItsMappings) {
 
 TEST(Contexts, TheEvidenceRuleIsData) {
   // Say a driver is measured where only the UVM mapping tells: then a holder
-  // mapping only nvidia0 is a driver client, and with no rule at all nobody is
-  // excluded by mappings (named as a holder of the node, the old way).
+  // mapping only nvidia0 is a driver client; where descriptor counts tell, its
+  // count names it; with no rule at all nobody is excluded (named as a holder
+  // of the node, the old way).
   auto situation = [] {
     Builder b;
     b.device(0, 2560 * kMiB, 615 * kMiB);
@@ -454,6 +455,14 @@ TEST(Contexts, TheEvidenceRuleIsData) {
   EXPECT_TRUE(first_of(found, Kind::orphaned_context)->holders.empty());
   ASSERT_NE(first_of(found, Kind::hidden_holder), nullptr);
   EXPECT_EQ(first_of(found, Kind::hidden_holder)->severity, Severity::info);
+
+  // Or where descriptor counts tell: the child's 20 on nvidia0 are a context's.
+  gpureap::findings::DetectOptions by_count = uvm_only;
+  by_count.context_evidence.min_gpu_node_fds = 10;
+  found = gpureap::findings::detect_all(situation(), by_count);
+  ASSERT_EQ(first_of(found, Kind::orphaned_context)->holders.size(), 1U);
+  EXPECT_EQ(first_of(found, Kind::orphaned_context)->holders[0].reason,
+            "holds 20 descriptors of nvidia0");
 
   gpureap::findings::DetectOptions no_rule;
   no_rule.context_evidence.mapped_nodes.clear();
