@@ -6,7 +6,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  clang libclang-rt-14-dev          # libFuzzer target and its runtime
+  clang libclang-rt-14-dev          # libFuzzer target and its runtime; BPF programs
+  libbpf-dev bpftool libelf-dev zlib1g-dev  # the descriptor scan's skeletons, libbpf linked statically
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   runc                               # a real container for the integration tests

@@ -105,8 +105,11 @@ int main(int argc, char** argv) {
     gpu_fds += p.gpu_fd_total();
     fds += p.fd_count;
   }
-  std::printf("threads=%u fds_from=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u vanished=%u hwm_kb=%ld\n",
-              threads, table->stats.fds_from.c_str(), best_ms, table->stats.scanned, fds,
-              holders, gpu_fds, table->stats.vanished, vm_hwm_kb());
+  std::printf("threads=%u fds_from=%s loader=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u vanished=%u hwm_kb=%ld%s%s\n",
+              threads, table->stats.fds_from.c_str(),
+              table->stats.fds_loader.empty() ? "-" : table->stats.fds_loader.c_str(), best_ms,
+              table->stats.scanned, fds, holders, gpu_fds, table->stats.vanished, vm_hwm_kb(),
+              table->stats.fds_note.empty() ? "" : " note=",
+              table->stats.fds_note.c_str());
   return 0;
 }

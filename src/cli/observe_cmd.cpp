@@ -12,7 +12,7 @@
 #include "cli/common.hpp"
 #include "cli/session.hpp"
 #include "findings/finding.hpp"
-#include "report/observe.hpp"
+#include "observe/observe.hpp"
 #include "report/report.hpp"
 
 namespace gpureap::cli {
@@ -30,11 +30,11 @@ int run_observe(const CommonOptions& opt) {
     return kExitCouldNotCheck;
   }
   const auto found = findings::detect_all(*snap);
-  const auto rep = report::analyse_observe(*snap, found);
+  const auto rep = observe::analyse_observe(*snap, found);
   if (opt.json) {
-    fmt::print("{}\n", report::json_text(report::observe_json(*snap, rep)));
+    fmt::print("{}\n", report::json_text(observe::observe_json(*snap, rep)));
   } else {
-    fmt::print("{}", report::render_observe(*snap, rep));
+    fmt::print("{}", observe::render_observe(*snap, rep));
   }
   std::fflush(stdout);
   return rep.fails_check() ? kExitFindings : kExitClean;

@@ -19,6 +19,7 @@ namespace {
 struct TraceOptions {
   CommonOptions common;
   std::uint64_t ghost_threshold_mib = 128;
+  std::uint64_t v1_reserved_allowance_mib = 1024;
 };
 
 int run_trace(const TraceOptions& opt) {
@@ -29,6 +30,7 @@ int run_trace(const TraceOptions& opt) {
   }
   findings::DetectOptions detect;
   detect.ghost_threshold_bytes = opt.ghost_threshold_mib << 20;
+  detect.v1_reserved_allowance_bytes = opt.v1_reserved_allowance_mib << 20;
   const auto found = findings::detect_all(*snap, detect);
   if (opt.common.json) {
     if (!report::write_trace_json(stdout, *snap, found)) {
@@ -52,8 +54,11 @@ void register_trace(CLI::App& app, std::function<int()>& run) {
       "trace", "Every GPU-holding process on the node, mapped to its pod, with what is wrong");
   add_common_options(*cmd, opt->common);
   cmd->add_option("--ghost-threshold-mib", opt->ghost_threshold_mib,
-                  "Used GPU memory (v2, reserved excluded) with no listed process that counts as "
-                  "ghost memory")
+                  "Used GPU memory no listed process explains that counts as ghost memory")
+      ->capture_default_str();
+  cmd->add_option("--v1-reserved-allowance-mib", opt->v1_reserved_allowance_mib,
+                  "On drivers with v1 memory accounting only (used includes reserved memory), "
+                  "how much more must be unexplained before it counts as ghost memory")
       ->capture_default_str();
   cmd->callback([opt, &run] { run = [opt] { return run_trace(*opt); }; });
 }

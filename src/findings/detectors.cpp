@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "findings/contexts.hpp"
 #include "findings/finding.hpp"
 
 namespace gpureap::findings {
@@ -13,6 +14,8 @@ std::string_view to_string(Kind k) {
     case Kind::zombie: return "zombie";
     case Kind::orphan: return "orphan";
     case Kind::orphaned_context: return "orphaned_context";
+    case Kind::latent_orphaned_context:
+      return "latent_orphaned_context";
     case Kind::hidden_holder: return "hidden_holder";
     case Kind::ghost_memory: return "ghost_memory";
     case Kind::nccl_missing_rank: return "nccl_missing_rank";
@@ -159,92 +162,9 @@ std::vector<Finding> detect_orphans(const NodeSnapshot& snap) {
   return out;
 }
 
-std::vector<Finding> detect_orphaned_contexts(const NodeSnapshot& snap) {
-  std::vector<Finding> out;
-  for (const auto& l : snap.listings) {
-    if (!node::names_gone_process(l.match)) continue;
-    const auto dead = static_cast<pid_t>(l.entry.pid);
-    const std::string device_name = [&] {
-      for (const auto& d : snap.gpu.devices) {
-        if (d.index == l.device_index && d.minor) return fmt::format("nvidia{}", *d.minor);
-      }
-      return fmt::format("nvidia{}", l.device_index);
-    }();
-    Finding f;
-    f.kind = Kind::orphaned_context;
-    f.severity = Severity::critical;
-    f.pid = dead;
-    f.device = l.device_index;
-    const std::string memory =
-        l.entry.used_memory ? fmt::format("{} MiB", *l.entry.used_memory >> 20) : "memory n/a";
-    const proc::Process* now = snap.pid_now(l);
-    if (now != nullptr) {
-      f.message = fmt::format(
-          "the driver lists pid {} on GPU {} ({}) but {}: its context outlives the process that "
-          "made it",
-          dead, l.device_index, memory,
-          now->zombie()
-              ? fmt::format("that process ({}) is a zombie and holds no GPU descriptor", now->comm)
-              : fmt::format("pid {} is now {}, which holds no GPU descriptor (the pid "
-                            "was reused)",
-                            dead, now->comm));
-    } else {
-      f.message = fmt::format(
-          "the driver lists pid {} on GPU {} ({}) but no such process exists: its context "
-          "outlives it",
-          dead, l.device_index, memory);
-    }
-    // Likely inheritors: live holders that share the dead process's group or
-    // session (children keep them after the parent dies), then holders of the
-    // same device the driver does not list (fork-inherited descriptors).
-    // A live process that took the PID owns the group and session of that
-    // number now (the kernel reuses no PID still naming a group or session).
-    const bool reused = now != nullptr && !now->zombie();
-    std::set<pid_t> named;
-    for (const auto& r : snap.records) {
-      if (!holds_gpu(r) || r.process.zombie() || r.process.pid == snap.self_pid) continue;
-      std::string reason;
-      if (!reused && r.process.pgrp == dead) {
-        reason = "same process group";
-      } else if (!reused && r.process.session == dead) {
-        reason = "same session";
-      } else if (!r.listed()) {
-        bool same_device = std::any_of(r.process.gpu_fds.begin(), r.process.gpu_fds.end(),
-                                       [&](const proc::DeviceUse& d) {
-                                         return d.device == device_name;
-                                       });
-        if (!same_device) continue;
-        reason = fmt::format("holds {} and is not listed by the driver", device_name);
-      } else {
-        continue;
-      }
-      if (!named.insert(r.process.pid).second) continue;
-      f.holders.push_back({r.process.pid, r.process.comm, reason});
-    }
-    if (f.holders.empty()) {
-      f.message += "; no live process holds its descriptors";
-      f.advice =
-          "Nothing on the node holds it: if it persists, drain the node and reset the GPU "
-          "(nvidia-smi --gpu-reset) or reboot.";
-    } else {
-      std::string names;
-      for (const auto& h : f.holders) {
-        if (!names.empty()) names += ", ";
-        names += fmt::format("{} ({})", h.pid, h.comm);
-      }
-      f.message += fmt::format("; likely held by {}", names);
-      f.advice =
-          "End the holder(s) named here (or restart their pod): the memory is released when "
-          "the last process holding the context's descriptors exits. Fix the code that forks "
-          "after CUDA initialisation (use spawn, or close the descriptors in the child).";
-    }
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
 std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const DetectOptions& opt) {
   std::vector<Finding> out;
+  const ContextEvidence evidence(snap, opt);
   for (const auto& r : snap.records) {
     if (!holds_gpu(r) || r.listed() || r.process.pid == snap.self_pid) continue;
     const bool monitor = std::find(opt.monitor_comms.begin(), opt.monitor_comms.end(),
@@ -252,14 +172,24 @@ std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const Detec
     Finding f;
     f.kind = Kind::hidden_holder;
     f.pid = r.process.pid;
-    f.severity = (monitor || !holds_device_node(r)) ? Severity::info : Severity::warning;
     f.message = fmt::format("{} holds GPU descriptors ({}) but the driver does not list it",
                             describe(r), device_list(r));
     if (monitor) {
+      f.severity = Severity::info;
       f.advice = "A known GPU monitor (an NVML client holds descriptors without a context).";
     } else if (!holds_device_node(r)) {
+      f.severity = Severity::info;
       f.advice = "Holds only control nodes; usually harmless.";
+    } else if (evidence.driver_client(r)) {
+      f.severity = Severity::info;
+      // docs/contexts.md: it shares no description with a listed process and
+      // holds no gone creator's context by the evidence.
+      f.message += ": a driver client without a GPU context";
+      f.advice =
+          "Nothing to do: NVML clients (monitoring agents, nvidia-smi) hold descriptors "
+          "without a context.";
     } else {
+      f.severity = Severity::warning;
       f.advice =
           "It may keep another process's context alive (inherited descriptors) or be a driver "
           "client in another PID namespace; check what it is, and end it or its pod if it "
@@ -273,18 +203,37 @@ std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const Detec
 std::vector<Finding> detect_ghost_memory(const NodeSnapshot& snap, const DetectOptions& opt) {
   std::vector<Finding> out;
   for (const auto& d : snap.gpu.devices) {
-    if (!d.memory || !d.processes.empty()) continue;
-    // v1 "used" includes reserved memory (615 MiB on an idle H200): only v2 can tell.
-    if (!d.memory->reserved) continue;
-    if (d.memory->used < opt.ghost_threshold_bytes) continue;
+    if (!d.memory) continue;
     Finding f;
+    if (d.memory->reserved) {
+      // v2: `used` excludes reserved memory; any used memory with no process listed is a ghost.
+      if (!d.processes.empty() || d.memory->used < opt.ghost_threshold_bytes) continue;
+      f.message = fmt::format(
+          "GPU {} ({}) has {} MiB used by v2 accounting (reserved {} MiB not counted) and the "
+          "driver lists no process",
+          d.index, d.uuid, d.memory->used >> 20, *d.memory->reserved >> 20);
+    } else {
+      // v1 only: `used` includes reserved memory, so what no listed process
+      // explains must exceed the threshold plus an allowance for it.
+      std::uint64_t listed = 0;
+      bool known = true;
+      for (const auto& p : d.processes) {
+        if (!p.used_memory) known = false;
+        listed += p.used_memory.value_or(0);
+      }
+      if (!known) continue;  // a process of unknown size may explain it all
+      const std::uint64_t unexplained = d.memory->used > listed ? d.memory->used - listed : 0;
+      if (unexplained < opt.ghost_threshold_bytes + opt.v1_reserved_allowance_bytes) continue;
+      f.message = fmt::format(
+          "GPU {} ({}) has {} MiB used by v1 accounting (reserved memory included: the driver "
+          "has no v2 memory info), {} MiB of it explained by no listed process: more than the "
+          "{} MiB threshold plus {} MiB allowed for reserved memory",
+          d.index, d.uuid, d.memory->used >> 20, unexplained >> 20, opt.ghost_threshold_bytes >> 20,
+          opt.v1_reserved_allowance_bytes >> 20);
+    }
     f.kind = Kind::ghost_memory;
     f.severity = Severity::critical;
     f.device = d.index;
-    f.message = fmt::format(
-        "GPU {} ({}) has {} MiB used (reserved {} MiB not counted) and the driver lists no "
-        "process",
-        d.index, d.uuid, d.memory->used >> 20, *d.memory->reserved >> 20);
     f.advice =
         "Look for holders in other PID namespaces (run with hostPID) and hidden holders; if "
         "none, drain the node and reset the GPU (nvidia-smi --gpu-reset) or reboot.";
@@ -294,9 +243,13 @@ std::vector<Finding> detect_ghost_memory(const NodeSnapshot& snap, const DetectO
 }
 
 std::vector<Finding> detect_all(const NodeSnapshot& snap, const DetectOptions& opt) {
-  std::vector<Finding> parts[] = {detect_orphaned_contexts(snap), detect_ghost_memory(snap, opt),
-                                  detect_nccl_missing_ranks(snap), detect_zombies(snap),
-                                  detect_orphans(snap),           detect_hidden_holders(snap, opt)};
+  std::vector<Finding> parts[] = {detect_orphaned_contexts(snap, opt),
+                                  detect_latent_orphaned_contexts(snap),
+                                  detect_ghost_memory(snap, opt),
+                                  detect_nccl_missing_ranks(snap),
+                                  detect_zombies(snap),
+                                  detect_orphans(snap),
+                                  detect_hidden_holders(snap, opt)};
   // One exact allocation: a node of thousands of hidden holders must not pay
   // for a doubling vector (most of trace's peak memory before this).
   std::size_t total = 0;
@@ -307,7 +260,35 @@ std::vector<Finding> detect_all(const NodeSnapshot& snap, const DetectOptions& o
     for (auto& f : p) all.push_back(std::move(f));
     std::vector<Finding>().swap(p);
   }
+  group_related(all);
   return all;
+}
+
+void group_related(std::vector<Finding>& findings) {
+  // Which context finding names each holder (the first that does).
+  std::map<pid_t, std::size_t> owner;
+  for (std::size_t i = 0; i < findings.size(); ++i) {
+    const auto k = findings[i].kind;
+    if (k != Kind::orphaned_context && k != Kind::latent_orphaned_context) continue;
+    for (const auto& h : findings[i].holders) owner.try_emplace(h.pid, i);
+  }
+  if (owner.empty()) return;
+  std::vector<bool> folded(findings.size(), false);
+  for (std::size_t i = 0; i < findings.size(); ++i) {
+    auto& f = findings[i];
+    if ((f.kind != Kind::orphan && f.kind != Kind::hidden_holder) || !f.pid) continue;
+    auto it = owner.find(*f.pid);
+    if (it == owner.end()) continue;
+    findings[it->second].related.push_back(std::move(f));
+    folded[i] = true;
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < findings.size(); ++i) {
+    if (folded[i]) continue;
+    if (kept != i) findings[kept] = std::move(findings[i]);
+    ++kept;
+  }
+  findings.resize(kept);
 }
 
 bool fails_check(const std::vector<Finding>& findings) {

@@ -15,18 +15,32 @@
 
 namespace gpureap::findings {
 
-enum class Kind { zombie, orphan, orphaned_context, hidden_holder, ghost_memory, nccl_missing_rank };
+enum class Kind {
+  zombie,
+  orphan,
+  orphaned_context,
+  // A live listed process whose context another process also holds through
+  // inherited descriptors: killing the creator would leave the memory held.
+  latent_orphaned_context,
+  hidden_holder,
+  ghost_memory,
+  nccl_missing_rank,
+};
 // info does not make a check fail; warning and critical do (exit 1).
 enum class Severity { info, warning, critical };
 
 std::string_view to_string(Kind k);
 std::string_view to_string(Severity s);
 
-// A live process named as a likely inheritor of a dead process's GPU context.
+// A live process named as a holder of another process's GPU context: an
+// orphaned context's likely inheritor, or a latent one's.
 struct Holder {
   pid_t pid = 0;
   std::string comm;
-  std::string reason;  // "same process group", "same session", "same container", "holds nvidia0"
+  // The evidence: "same process group", "shares 3 open file descriptions of
+  // its device files with pid 601", "maps nvidia0", "holds nvidia0 and is not
+  // listed by the driver"...
+  std::string reason;
 };
 
 // nccl_missing_rank: what a surviving rank will do about its dead peer, from its
@@ -77,25 +91,56 @@ struct Finding {
   std::optional<unsigned> device;      // GPU index where it applies
   std::string message;                 // what is wrong, with evidence
   std::string advice;                  // what to do
-  std::vector<Holder> holders;         // orphaned_context only
+  std::vector<Holder> holders;         // orphaned_context and latent_orphaned_context
   std::vector<pid_t> pids;             // zombie: every zombie of the same parent (pid = the first)
+  // One finding per root cause: the orphan and hidden_holder findings about
+  // the processes named in `holders`, folded in here by detect_all.
+  std::vector<Finding> related;
   // nccl_missing_rank only. Behind a pointer: a node can have thousands of
   // other findings, and an inline group would triple each one's size.
   std::shared_ptr<const NcclGroup> group;
 };
 
+// What tells a process that holds a GPU context from a driver client that only
+// opened the device nodes (an NVML monitor holds descriptors on the same nodes
+// as a CUDA worker). Data, so a measurement on another driver changes a table,
+// not code: docs/contexts.md says what was measured and the limits.
+struct ContextEvidenceRule {
+  // A mapping of one of these device nodes (/proc/PID/maps) shows a context;
+  // "nvidia#" stands for the GPU's own node, nvidia<minor>. Empty: mappings
+  // are no evidence.
+  std::vector<std::string> mapped_nodes = {"nvidia#", "nvidia-uvm"};
+  // At least this many descriptors on the GPU's own node show a context (a
+  // CUDA worker held 20 on nvidia0 on the H200, a pynvml agent fewer: to be
+  // measured). 0: descriptor counts are no evidence.
+  unsigned min_gpu_node_fds = 0;
+};
+
 struct DetectOptions {
-  std::uint64_t ghost_threshold_bytes = 128ULL << 20;  // v2 "used" with no listed process
+  // Ghost memory: used memory the driver's process list does not explain, at
+  // least this much (docs/ghost-memory.md).
+  std::uint64_t ghost_threshold_bytes = 128ULL << 20;
+  // With v1 accounting only (drivers before R510), `used` includes the memory
+  // the driver reserves for itself (615 MiB on an idle H200): so much more
+  // must be unexplained before it counts.
+  std::uint64_t v1_reserved_allowance_bytes = 1024ULL << 20;
   // Processes known to hold GPU descriptors without a context (NVML clients):
   // their hidden_holder findings are info, not warnings.
   std::vector<std::string> monitor_comms = {"dcgm-exporter", "nv-hostengine", "nvidia-device-p",
                                             "nvidia-smi", "nvitop", "nvidia-persiste",
                                             "gpureap", "nvtop", "gpustat"};
+  ContextEvidenceRule context_evidence;
 };
 
 std::vector<Finding> detect_zombies(const node::NodeSnapshot& snap);
 std::vector<Finding> detect_orphans(const node::NodeSnapshot& snap);
-std::vector<Finding> detect_orphaned_contexts(const node::NodeSnapshot& snap);
+// Listings whose process is gone, naming the live processes that hold the
+// context, by evidence (src/findings/contexts.cpp; docs/contexts.md).
+std::vector<Finding> detect_orphaned_contexts(const node::NodeSnapshot& snap,
+                                              const DetectOptions& opt = {});
+// Live listed processes whose context unlisted processes share (inherited
+// descriptions): one warning per creator, naming them.
+std::vector<Finding> detect_latent_orphaned_contexts(const node::NodeSnapshot& snap);
 std::vector<Finding> detect_hidden_holders(const node::NodeSnapshot& snap, const DetectOptions& opt);
 std::vector<Finding> detect_ghost_memory(const node::NodeSnapshot& snap, const DetectOptions& opt);
 // torch.distributed jobs on this node with local ranks missing while the others hold
@@ -103,8 +148,11 @@ std::vector<Finding> detect_ghost_memory(const node::NodeSnapshot& snap, const D
 std::vector<Finding> detect_nccl_missing_ranks(const node::NodeSnapshot& snap);
 // The environ keys detect_nccl_missing_ranks reads: the snapshot must keep them.
 std::vector<std::string> nccl_env_keys();
-// All detectors, in a stable order.
+// All detectors, in a stable order, one finding per root cause: orphan and
+// hidden_holder findings about a context's named holders become its `related`.
 std::vector<Finding> detect_all(const node::NodeSnapshot& snap, const DetectOptions& opt = {});
+// The folding detect_all does, on its own (for tests and other orderings).
+void group_related(std::vector<Finding>& findings);
 
 [[nodiscard]] bool fails_check(const std::vector<Finding>& findings);
 

@@ -1,13 +1,15 @@
-#include "sys/parse_number.hpp"
 #include "gpu/sim_client.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+
+#include "sys/parse_number.hpp"
 
 namespace gpureap::gpu::sim {
 
@@ -184,6 +186,14 @@ sys::Result<Context> create_context(const std::string& dir, unsigned device_inde
     }
     ctx.device_fds_.push_back(std::move(*fd));
   }
+  // Mapped like a CUDA process maps its GPU and UVM nodes (the files are empty:
+  // the pages are never touched, only seen in /proc/PID/maps).
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+    void* at = ::mmap(nullptr, page, PROT_READ, MAP_SHARED, ctx.device_fds_[i].get(), 0);
+    if (at == MAP_FAILED) return sys::errno_error(errno, "mmap a sim device file of " + dir);
+    ctx.mappings_.emplace_back(at, page);
+  }
   const std::string ctx_dir = dir + "/ctx";
   const pid_t self = ::getpid();
   auto tmp = write_temp(ctx_dir, "gpu" + std::to_string(device_index), std::to_string(bytes) + "\n");
@@ -219,7 +229,21 @@ sys::Status Context::release() {
   if (::unlink(path_.c_str()) != 0 && errno != ENOENT) result = sys::errno_error(errno, "unlink " + path_);
   ctx_fd_.reset();
   device_fds_.clear();
+  mappings_.clear();
   return result;
+}
+
+Mapping& Mapping::operator=(Mapping&& other) noexcept {
+  if (this != &other) {
+    if (address_ != nullptr) ::munmap(address_, length_);
+    address_ = std::exchange(other.address_, nullptr);
+    length_ = std::exchange(other.length_, 0);
+  }
+  return *this;
+}
+
+Mapping::~Mapping() {
+  if (address_ != nullptr) ::munmap(address_, length_);
 }
 
 }  // namespace gpureap::gpu::sim

@@ -11,17 +11,23 @@
 // A context is held while any process holds descriptors of both its file and
 // its device file dev/nvidia<I> (fork-inherited ones included), as the real
 // driver holds device memory while any descriptor of the context is open
-// (FACTS.md) and a context on GPU N lives in descriptors of /dev/nvidiaN. A
-// process that only opens the context file (to read its byte count) holds nothing. Its name keeps the creator's
-// pid after the creator dies, as NVML keeps listing the dead creator.
+// (FACTS.md) and a context on GPU N lives in descriptors of /dev/nvidiaN; a
+// process that only opens the context file (to read its byte count) holds
+// nothing. Its name keeps the creator's pid after the creator dies, as NVML
+// keeps listing the dead creator. Like a CUDA process, a context's holder maps
+// its device files (dev/nvidiaN and dev/nvidia-uvm, one page each), and a
+// forked child inherits the mappings; a driver client without a context (an
+// NVML monitor) only opens them.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sys/error.hpp"
@@ -60,10 +66,29 @@ std::string resolve_sim_dir(const std::optional<std::string>& flag, std::string_
 // (the first writer wins), so a second init with another count changes nothing.
 sys::Status init_sim_dir(const std::string& dir, const Config& config);
 
+// One shared mapping of a device file, unmapped when destroyed.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(void* address, std::size_t length) : address_(address), length_(length) {}
+  Mapping(Mapping&& other) noexcept
+      : address_(std::exchange(other.address_, nullptr)),
+        length_(std::exchange(other.length_, 0)) {}
+  Mapping& operator=(Mapping&& other) noexcept;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping();
+
+ private:
+  void* address_ = nullptr;
+  std::size_t length_ = 0;
+};
+
 // A context held by this process. Its descriptors are NOT close-on-exec and
 // not close-on-fork: a forked child inherits them and with them the context.
-// Destroying a Context closes this process's descriptors (like process exit);
-// release() is cuCtxDestroy: the context is gone even if a child still holds it.
+// Destroying a Context closes this process's descriptors and mappings (like
+// process exit); release() is cuCtxDestroy: the context is gone even if a
+// child still holds it.
 class Context {
  public:
   Context() = default;
@@ -79,7 +104,7 @@ class Context {
   [[nodiscard]] int fd() const { return ctx_fd_.get(); }
   [[nodiscard]] bool held() const { return ctx_fd_.valid(); }
 
-  // Unlinks the ctx file and closes this process's descriptors.
+  // Unlinks the ctx file and closes this process's descriptors and mappings.
   sys::Status release();
 
  private:
@@ -89,6 +114,7 @@ class Context {
   std::uint64_t bytes_ = 0;
   sys::UniqueFd ctx_fd_;
   std::vector<sys::UniqueFd> device_fds_;  // dev/nvidiaN, nvidiactl, nvidia-uvm
+  std::vector<Mapping> mappings_;          // dev/nvidiaN, nvidia-uvm
 };
 
 // Creates ctx/gpu<device_index>-pid<getpid()>-<n> (first free n) holding `bytes`

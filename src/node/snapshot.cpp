@@ -56,6 +56,13 @@ const ProcessRecord* NodeSnapshot::container_init(const ProcessRecord& r) const 
   return nullptr;
 }
 
+std::string NodeSnapshot::device_node_name(unsigned index) const {
+  for (const auto& d : gpu.devices) {
+    if (d.index == index && d.minor) return "nvidia" + std::to_string(*d.minor);
+  }
+  return "nvidia" + std::to_string(index);
+}
+
 namespace {
 
 // Index of the record with this pid, if any (records are sorted by pid).

@@ -54,6 +54,11 @@ struct ProcessRecord {
   // resolution each), so a record stays small on nodes of thousands.
   std::shared_ptr<const container::ContainerInfo> container;
   std::vector<std::size_t> listings;                   // indexes into NodeSnapshot::listings
+  // The GPU device nodes this process has mapped (/proc/PID/maps, named as in
+  // gpu_fds): read only for the unlisted holders of a GPU on which the driver
+  // lists a process that is gone, whose context is in question. nullopt when
+  // not read or unreadable.
+  std::optional<std::vector<std::string>> gpu_mappings;
 
   [[nodiscard]] bool listed() const { return !listings.empty(); }
 };
@@ -81,6 +86,8 @@ struct NodeSnapshot {
   [[nodiscard]] std::optional<std::uint64_t> gpu_memory(const ProcessRecord& r) const;
   // The record of the container-local PID 1 in the same container as `r`, if any.
   [[nodiscard]] const ProcessRecord* container_init(const ProcessRecord& r) const;
+  // The device node of GPU `index` as gpu_fds names it: "nvidia<minor>".
+  [[nodiscard]] std::string device_node_name(unsigned index) const;
 };
 
 // Resolves each driver listing to a record (pure given `read_one`; exposed for tests).

@@ -1,17 +1,21 @@
 // Every open descriptor on the node in one pass, from a BPF task_file
 // iterator, instead of one readlinkat per descriptor under /proc/<pid>/fd.
-// The iterator is assembled here for the running kernel (member offsets from
-// its BTF, no compiler, no libbpf) and emits one fixed record per descriptor;
-// this file counts them per process and matches them against the devices.
+// The programs are BPF C (bpf/kernel_scan.bpf.c) compiled with clang at build
+// time, their member reads CO-RE relocations resolved against the running
+// kernel's BTF, loaded through a libbpf skeleton: the light one where the
+// kernel can run its loader program, else the regular one (libbpf, linked
+// statically). One fixed record per descriptor; this file counts them per
+// process, matches them against the devices and keeps, for GPU descriptors,
+// which open file description each refers to.
 // A second program, a task iterator, gives per process what /proc/PID/status
 // and /proc/PID/stat would (real uid, NSpid; parent, group, session, state,
 // comm, start), so the scan reads two files less per process; it is best
 // effort (KernelFdTable::tasks_note says why it is missing).
 //
 // It answers only for the live kernel seen from its initial PID namespace:
-// any doubt (no BTF, no privilege, a host root whose /proc belongs to another
-// PID namespace, a device known only by path) is an Error, and the caller
-// falls back to the /proc walk.
+// any doubt (no BTF, no iterator, no privilege, a host root whose /proc
+// belongs to another PID namespace, a device known only by path) is an Error
+// naming the reason for each loader, and the caller falls back to the /proc walk.
 #pragma once
 
 #include <sys/types.h>
@@ -37,6 +41,10 @@ struct KernelFdSummary {
   std::uint64_t start_ticks = 0;
   unsigned fd_count = 0;
   std::vector<DeviceUse> gpu_fds;  // same naming as the /proc walk
+  // The open file descriptions of those GPU descriptors (kernel file objects),
+  // sorted, no repeats: Process::gpu_files.
+  std::vector<std::uint64_t> gpu_files;
+  std::vector<int> gpu_fd_numbers;  // their numbers in the leader's table (for kcmp)
 };
 
 // What /proc/PID/status would give for one process, from a BPF task iterator.
@@ -65,6 +73,9 @@ struct KernelFdTable {
   // not run (then tasks_note says why, and status is read from /proc).
   std::vector<KernelTask> tasks;
   std::string tasks_note;
+
+  std::string loader;       // "light_skeleton" or "libbpf_skeleton"
+  std::string loader_note;  // why the light skeleton was passed over; empty when it answered
 
   [[nodiscard]] const KernelFdSummary* find(pid_t tgid) const;
   [[nodiscard]] const KernelTask* find_task(pid_t tgid) const;

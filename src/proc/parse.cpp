@@ -1,5 +1,6 @@
 #include "proc/parse.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <type_traits>
 
@@ -333,6 +334,24 @@ std::vector<std::pair<unsigned, std::string>> parse_char_devices(std::string_vie
     auto major = to_number<unsigned>(num);
     if (!major || name.empty()) return;
     out.emplace_back(*major, std::string(name));
+  });
+  return out;
+}
+
+std::vector<std::string> parse_mapped_files(std::string_view text) {
+  std::vector<std::string> out;
+  for_each_whole_line(text, [&](std::string_view line) {
+    // Five fields, then spaces padding the path to a column.
+    std::string_view rest = line;
+    for (int field = 0; field < 5; ++field) {
+      rest = trim(rest);
+      const std::string_view token = first_token(rest);
+      if (token.empty()) return;
+      rest.remove_prefix(token.size());
+    }
+    while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
+    if (rest.empty() || rest.front() != '/') return;  // no file: anonymous or [special]
+    if (std::find(out.begin(), out.end(), rest) == out.end()) out.emplace_back(rest);
   });
   return out;
 }

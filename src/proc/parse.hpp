@@ -101,4 +101,11 @@ std::vector<std::pair<std::string, std::string>> parse_environ(std::string_view 
 // (195, "nvidia-frontend"), (508, "nvidia-uvm"). Malformed lines are skipped.
 std::vector<std::pair<unsigned, std::string>> parse_char_devices(std::string_view text);
 
+// The distinct files /proc/<pid>/maps shows mapped, in order of first
+// appearance ("address perms offset dev inode path"). Anonymous and special
+// mappings ([heap], [vdso], ...) have no file and are skipped; a path keeps
+// the kernel's "\012" for a newline and its " (deleted)" suffix, so it never
+// equals a live path by accident. Malformed lines are skipped.
+std::vector<std::string> parse_mapped_files(std::string_view text);
+
 }  // namespace gpureap::proc

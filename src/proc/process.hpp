@@ -40,6 +40,14 @@ struct Process {
   std::vector<std::string> cmdline;
   std::vector<CgroupLine> cgroups;
   std::vector<DeviceUse> gpu_fds;  // only devices the scan was asked to match
+  // Which open file descriptions those GPU descriptors refer to, sorted, no
+  // repeats: a value two processes both hold is one description they share
+  // (inherited over fork, or passed over a socket). Opaque and never printed:
+  // the kernel iterator gives its file objects' addresses; for the /proc walk
+  // proc/file_identity numbers them with kcmp(KCMP_FILE). Empty when unknown.
+  std::vector<std::uint64_t> gpu_files;
+  // The GPU descriptors' numbers (in the leader's table), for kcmp.
+  std::vector<int> gpu_fd_numbers;
   unsigned fd_count = 0;           // all descriptors seen
   bool fds_readable = false;       // false: /proc/<pid>/fd could not be listed (permission, race)
   std::vector<std::pair<std::string, std::string>> env;  // only keys asked for

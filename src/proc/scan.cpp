@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -162,9 +163,16 @@ struct Reader {
       if (n < 0 && (errno == EACCES || errno == EPERM)) links_denied = true;
       if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return;  // gone or cut: no match
       std::string_view target(link, static_cast<std::size_t>(n));
+      // Which open file description it is, kcmp asks later by this number.
+      auto matched = [&p, name] {
+        int number = 0;
+        const char* end = name + std::strlen(name);
+        if (std::from_chars(name, end, number).ptr == end) p.gpu_fd_numbers.push_back(number);
+      };
       for (std::size_t i = 0; i < m->nodes.size(); ++i) {
         if (target == m->nodes[i].path) {  // by path: counts even without rdev (simulated device)
           ++node_counts[i];
+          matched();
           return;
         }
       }
@@ -175,11 +183,13 @@ struct Reader {
       for (std::size_t i = 0; i < m->nodes.size(); ++i) {
         if (m->nodes[i].rdev && *m->nodes[i].rdev == st.st_rdev) {
           ++node_counts[i];
+          matched();
           return;
         }
       }
       unsigned maj = ::major(st.st_rdev);
       if (std::find(m->majors.begin(), m->majors.end(), maj) == m->majors.end()) return;
+      matched();
       for (auto& [rdev, c] : by_major) {
         if (rdev == st.st_rdev) {
           ++c;
@@ -188,7 +198,10 @@ struct Reader {
       }
       by_major.emplace_back(st.st_rdev, 1);
     });
-    if (err != 0) return;  // a listing cut by exit or denial is not a reliable count
+    if (err != 0) {  // a listing cut by exit or denial is not a reliable count
+      p.gpu_fd_numbers.clear();
+      return;
+    }
     p.fd_count = count;
     // Listed but the links hidden (ptrace access check, e.g. another user
     // namespace): the count is right, a GPU match was impossible.
@@ -214,6 +227,8 @@ struct Reader {
         p.fd_count = k->fd_count;
         p.fds_readable = true;
         p.gpu_fds = std::move(k->gpu_fds);
+        p.gpu_files = std::move(k->gpu_files);
+        p.gpu_fd_numbers = std::move(k->gpu_fd_numbers);
         return;
       }
     }
@@ -349,6 +364,7 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
     auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices);
     if (k) {
       kernel = std::move(k.value());
+      fds_note = std::move(kernel->loader_note);
     } else if (options.fd_source == FdSource::kernel) {
       return k.error();
     } else {
@@ -371,6 +387,7 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   ProcessTable table;
   table.stats.listed = static_cast<unsigned>(pids.size());
   if (options.read_fds) table.stats.fds_from = kernel ? "bpf" : "procfs";
+  if (kernel) table.stats.fds_loader = kernel->loader;
   table.stats.fds_note = std::move(fds_note);
   KernelFdTable* kernel_table = kernel ? &*kernel : nullptr;
   unsigned nthreads = std::max(1u, options.threads);
@@ -421,6 +438,13 @@ sys::Result<Process> read_process(const sys::HostRoot& root, pid_t pid, const Sc
     case Outcome::malformed: return sys::Error{EBADMSG, why};
   }
   return sys::Error{EBADMSG, why};
+}
+
+sys::Result<std::vector<std::string>> read_mapped_files(const sys::HostRoot& root, pid_t pid) {
+  const std::string rel = "proc/" + std::to_string(pid) + "/maps";
+  auto text = root.read_file(rel);
+  if (!text) return text.error();
+  return parse_mapped_files(*text);
 }
 
 }  // namespace gpureap::proc

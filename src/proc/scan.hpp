@@ -37,7 +37,10 @@ struct ScanStats {
   unsigned denied = 0;     // EACCES/EPERM on status or stat
   unsigned malformed = 0;  // stat or status present but unparsable
   std::string fds_from;    // "bpf" or "procfs" ("" when descriptors were not read)
-  std::string fds_note;    // why "procfs" although the iterator was allowed
+  std::string fds_loader;  // for "bpf": "light_skeleton" or "libbpf_skeleton"
+  // Why each faster way was passed over: the light skeleton for libbpf's, or
+  // both for "procfs" although the iterator was allowed. Empty when none was.
+  std::string fds_note;
   bool operator==(const ScanStats&) const = default;
 };
 
@@ -55,5 +58,9 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
 // the start time that identifies a process is the leader's. Errors keep errno:
 // vanished() / denied(); EBADMSG for unparsable content.
 sys::Result<Process> read_process(const sys::HostRoot& root, pid_t pid, const ScanOptions& options);
+
+// The files process `pid` has mapped (<root>/proc/PID/maps, parse_mapped_files).
+// Errors keep errno: vanished() / denied().
+sys::Result<std::vector<std::string>> read_mapped_files(const sys::HostRoot& root, pid_t pid);
 
 }  // namespace gpureap::proc

@@ -278,6 +278,11 @@ std::string process_json_text(const node::NodeSnapshot& snap, const node::Proces
 
 namespace {
 
+bool names_holders(const findings::Finding& f) {
+  return f.kind == findings::Kind::orphaned_context ||
+         f.kind == findings::Kind::latent_orphaned_context;
+}
+
 json finding_json(const findings::Finding& f) {
   json one = {{"kind", findings::to_string(f.kind)},
               {"severity", findings::to_string(f.severity)},
@@ -286,13 +291,21 @@ json finding_json(const findings::Finding& f) {
               {"message", f.message},
               {"advice", f.advice}};
   if (f.kind == findings::Kind::zombie) one["pids"] = f.pids;
-  if (f.kind == findings::Kind::orphaned_context) {
+  if (names_holders(f)) {
     json holders = json::array();
     for (const auto& h : f.holders) {
       holders.push_back({{"pid", h.pid}, {"comm", h.comm}, {"reason", h.reason}});
     }
     one["holders"] = holders;
   }
+  json related = json::array();
+  for (const auto& r : f.related) {
+    related.push_back({{"kind", findings::to_string(r.kind)},
+                       {"severity", findings::to_string(r.severity)},
+                       {"pid", r.pid ? json(*r.pid) : json(nullptr)},
+                       {"message", r.message}});
+  }
+  one["related"] = related;
   if (f.group) one["group"] = nccl_group_json(*f.group);
   return one;
 }
@@ -307,7 +320,7 @@ std::string finding_json_text(const findings::Finding& f) {
   put_string(out, f.advice);
   put_key(out, "gpu");
   put_number_or_null(out, f.device);
-  if (f.kind == findings::Kind::orphaned_context) {
+  if (names_holders(f)) {
     put_key(out, "holders");
     out += '[';
     for (std::size_t i = 0; i < f.holders.size(); ++i) {
@@ -333,6 +346,22 @@ std::string finding_json_text(const findings::Finding& f) {
     put_key(out, "pids");
     put_numbers(out, f.pids);
   }
+  put_key(out, "related");
+  out += '[';
+  for (std::size_t i = 0; i < f.related.size(); ++i) {
+    const auto& r = f.related[i];
+    if (i > 0) out += ',';
+    put_key(out += '{', "kind", true);
+    put_string(out, findings::to_string(r.kind));
+    put_key(out, "message");
+    put_string(out, r.message);
+    put_key(out, "pid");
+    put_number_or_null(out, r.pid);
+    put_key(out, "severity");
+    put_string(out, findings::to_string(r.severity));
+    out += '}';
+  }
+  out += ']';
   put_key(out, "severity");
   put_string(out, findings::to_string(f.severity));
   out += '}';
@@ -394,6 +423,7 @@ json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Findi
             {"zombies", s.zombies},
             {"orphans", s.orphans},
             {"findings", s.findings},
+            {"related", s.related},
             {"clean", s.findings == 0}}},
           {"scan",
            {{"listed", snap.scan_stats.listed},
@@ -402,6 +432,7 @@ json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Findi
             {"denied", snap.scan_stats.denied},
             {"malformed", snap.scan_stats.malformed},
             {"fds_from", snap.scan_stats.fds_from},
+            {"fds_loader", snap.scan_stats.fds_loader},
             {"fds_note", snap.scan_stats.fds_note}}}};
 }
 

@@ -20,8 +20,11 @@ struct Summary {
   unsigned dead_listed = 0;    // listed by the driver, no such process
   unsigned hidden = 0;         // hold descriptors, not listed
   unsigned zombies = 0;
-  unsigned orphans = 0;
+  // The finding counts count root causes: an orphan or hidden holder grouped
+  // under the context it holds (Finding::related) is not counted again.
+  unsigned orphans = 0;        // orphan findings of their own
   unsigned findings = 0;       // warning or worse
+  unsigned related = 0;        // findings grouped under a root cause
   unsigned scan_skipped = 0;   // vanished + denied + malformed /proc entries
 };
 

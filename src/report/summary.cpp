@@ -22,6 +22,7 @@ Summary summarize(const node::NodeSnapshot& snap, const std::vector<findings::Fi
   for (const auto& f : found) {
     if (f.kind == findings::Kind::orphan) ++s.orphans;
     if (f.severity != findings::Severity::info) ++s.findings;
+    s.related += static_cast<unsigned>(f.related.size());
   }
   s.scan_skipped = snap.scan_stats.vanished + snap.scan_stats.denied + snap.scan_stats.malformed;
   return s;

@@ -41,65 +41,66 @@ struct Row {
   std::string pid, local, state, mem, listed, qos, pod, ns, container, command;
 };
 
+// Rows are built whole (aggregate initialisation), never assigned literals
+// field by field: GCC 12 at -O3 takes those assignments for overlapping copies
+// (a -Wrestrict false positive, GCC PR105651).
 Row row_for(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
   const auto& p = r.process;
-  Row row;
-  row.pid = std::to_string(p.pid);
-  row.local = p.nspid.size() >= 2 ? std::to_string(p.local_pid()) : "-";
-  row.state = std::string(1, p.state);
-  if (auto mem = snap.gpu_memory(r)) {
-    row.mem = format_bytes(*mem);
+  std::string mem;
+  if (auto bytes = snap.gpu_memory(r)) {
+    mem = format_bytes(*bytes);
   } else {
-    row.mem = r.listed() ? "n/a" : "fd_only";
+    mem = std::string(r.listed() ? "n/a" : "fd_only");
   }
-  row.listed = r.listed() ? "Y" : "N";
+  std::string listed(r.listed() ? "Y" : "N");
   if (r.listed()) {
     auto m = snap.listings[r.listings.front()].match;
-    if (m != node::PidMatch::host) row.listed += "(" + std::string(node::to_string(m)) + ")";
+    if (m != node::PidMatch::host) listed.append("(").append(node::to_string(m)).append(")");
   }
+  std::string qos("host"), pod("-"), ns("-"), container("-");
   if (r.container) {
     const auto& c = *r.container;
-    row.qos = std::string(container::to_string(c.ref.qos));
-    if (c.meta) {
-      row.pod = c.meta->pod_name;
-      row.ns = c.meta->pod_namespace;
-      row.container = c.meta->container_name;
-    }
-    if (row.pod.empty()) row.pod = "uid:" + c.ref.pod_uid;
-    if (row.container.empty()) row.container = c.ref.id.substr(0, 12);
-    if (c.deleted) row.pod += " (deleted)";
-  } else {
-    row.qos = "host";
-    row.pod = "-";
-    row.ns = "-";
-    row.container = "-";
+    qos = std::string(container::to_string(c.ref.qos));
+    pod = c.meta ? c.meta->pod_name : std::string();
+    ns = c.meta ? c.meta->pod_namespace : std::string();
+    container = c.meta ? c.meta->container_name : std::string();
+    if (pod.empty()) pod = "uid:" + c.ref.pod_uid;
+    if (container.empty()) container = c.ref.id.substr(0, 12);
+    if (c.deleted) pod += " (deleted)";
   }
-  row.command = cut(join_cmdline(p), 40);
-  return row;
+  return Row{std::to_string(p.pid),
+             p.nspid.size() >= 2 ? std::to_string(p.local_pid()) : std::string("-"),
+             std::string(1, p.state),
+             std::move(mem),
+             std::move(listed),
+             std::move(qos),
+             std::move(pod),
+             std::move(ns),
+             std::move(container),
+             cut(join_cmdline(p), 40)};
+}
+
+Row dead_row(const node::NodeSnapshot& snap, const node::DriverListing& l) {
+  std::string pod("(no such process: orphaned context)");
+  if (const proc::Process* now = snap.pid_now(l)) {
+    pod = now->zombie() ? std::string("(a zombie now, holds no GPU fd: orphaned context)")
+                        : "(pid reused by " + now->comm + ": orphaned context)";
+  }
+  return Row{std::to_string(l.entry.pid),
+             std::string("-"),
+             std::string("DEAD"),
+             l.entry.used_memory ? format_bytes(*l.entry.used_memory) : std::string("n/a"),
+             std::string("Y"),
+             std::string("-"),
+             std::move(pod),
+             std::string("-"),
+             std::string("-"),
+             std::string("-")};
 }
 
 }  // namespace
 
 namespace {
-
-Row dead_row(const node::NodeSnapshot& snap, const node::DriverListing& l) {
-  Row row;
-  row.pid = std::to_string(l.entry.pid);
-  row.local = "-";
-  row.state = "DEAD";
-  row.mem = l.entry.used_memory ? format_bytes(*l.entry.used_memory) : "n/a";
-  row.listed = "Y";
-  row.qos = "-";
-  row.pod = "(no such process: orphaned context)";
-  if (const proc::Process* now = snap.pid_now(l)) {
-    row.pod = now->zombie() ? "(a zombie now, holds no GPU fd: orphaned context)"
-                            : "(pid reused by " + now->comm + ": orphaned context)";
-  }
-  row.ns = "-";
-  row.container = "-";
-  row.command = "-";
-  return row;
-}
 
 // Calls fn(row) for every row of the table, in order, building one at a time.
 template <class Fn>
@@ -173,6 +174,11 @@ void emit_trace_table(const node::NodeSnapshot& snap, const std::vector<findings
     for (const auto& f : found) {
       put(fmt::format("  [{}] {}: {}\n      advice: {}\n", findings::to_string(f.severity),
                       findings::to_string(f.kind), f.message, f.advice));
+      // Findings about the holders it names: the same root cause, indented under it.
+      for (const auto& r : f.related) {
+        put(fmt::format("      related [{}] {}: {}\n", findings::to_string(r.severity),
+                        findings::to_string(r.kind), r.message));
+      }
     }
   }
 
@@ -181,6 +187,7 @@ void emit_trace_table(const node::NodeSnapshot& snap, const std::vector<findings
       "\nSummary: {} GPU processes ({} listed, {} hidden), {} listed PIDs dead (orphaned "
       "contexts), {} zombies, {} orphans, {} findings",
       s.gpu_processes, s.listed, s.hidden, s.dead_listed, s.zombies, s.orphans, s.findings);
+  if (s.related > 0) out += fmt::format(" ({} related grouped under them)", s.related);
   if (s.scan_skipped > 0) out += fmt::format("; {} /proc entries skipped", s.scan_skipped);
   out += "\n";
   put(out);

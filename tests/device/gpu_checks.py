@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpureap on a real NVIDIA GPU: the checks of issues 3, 4 and 5, in one run.
+"""gpureap on a real NVIDIA GPU: the checks of issues 3, 4, 5 and 12, in one run.
 
 Run by tests/device/run.sh on the GPU machine with the binaries built here
 (gpureap, gpureap-worker-dynamic, gpureap-init) and tini-static in $BIN.
@@ -147,6 +147,207 @@ while True: time.sleep(3600)
 """
 
 
+# Issue 12: a pynvml monitoring agent (init, memory info, process list,
+# utilization; no CUDA context) and a preforking PyTorch server (the master puts
+# the memory on the GPU, forks workers without exec).
+NVML_MONITOR_PATH = "/tmp/gpureap_nvml_monitor.py"
+NVML_MONITOR = r"""
+import json, os, time, pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+def poll():
+    pynvml.nvmlDeviceGetMemoryInfo(h)
+    pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+    pynvml.nvmlDeviceGetUtilizationRates(h)
+poll()
+print(json.dumps({"pid": os.getpid()}), flush=True)
+while True:
+    time.sleep(1)
+    poll()
+"""
+PREFORK_SERVER_PATH = "/tmp/gpureap_prefork_server.py"
+PREFORK_SERVER = r"""
+import json, os, sys, time, torch
+x = torch.empty(int(sys.argv[2]), dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+children = []
+for _ in range(int(sys.argv[1])):
+    pid = os.fork()
+    if pid == 0:  # a worker: keeps the inherited context, never touches CUDA
+        while True: time.sleep(3600)
+    children.append(pid)
+print(json.dumps({"pid": os.getpid(), "children": children}), flush=True)
+while True: time.sleep(3600)
+"""
+
+
+def device_mappings(pid):
+    """/dev/nvidia* files a process has mapped, with how many mappings each."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/dev/nvidia"):
+                    path = parts[5].strip()
+                    out[path] = out.get(path, 0) + 1
+    except OSError as e:
+        return {"error": str(e)}
+    return out
+
+
+def device_fds(pid):
+    """/dev/nvidia* descriptors of a process, counted per node."""
+    out = {}
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/dev/nvidia"):
+                out[target] = out.get(target, 0) + 1
+    except OSError as e:
+        return {"error": str(e)}
+    return out
+
+
+def finding(doc, kind, pid):
+    return next((f for f in doc.get("findings", []) if f["kind"] == kind and f.get("pid") == pid), None)
+
+
+def about(doc, pid):
+    """Top-level findings whose subject is pid."""
+    return [f for f in doc.get("findings", []) if f.get("pid") == pid]
+
+
+def start_nvml_monitor():
+    m = spawn([sys.executable, NVML_MONITOR_PATH])
+    ready(m, timeout=60)
+    return m
+
+
+def start_prefork_server(handle, baseline, workers):
+    p = spawn([sys.executable, PREFORK_SERVER_PATH, str(workers), str(WORKER_BYTES)])
+    children = ready(p, timeout=120)["children"]
+    wait_held(handle, baseline, WORKER_BYTES)
+    return p, children
+
+
+# The rule trace applies (findings::ContextEvidenceRule::mapped_nodes):
+# "nvidia#" is the GPU's own node. Printed next to what was measured.
+RULE_MAPPED_NODES = ["nvidia#", "nvidia-uvm"]
+
+
+def rule_matches(mapped, minor=0):
+    names = {os.path.basename(p) for p in mapped if not p.startswith("error")}
+    wanted = {f"nvidia{minor}" if n == "nvidia#" else n for n in RULE_MAPPED_NODES}
+    return sorted(names & wanted)
+
+
+def check_context_evidence(handle, baseline):
+    # What tells an NVML-only client from a context holder on this driver: the
+    # /dev/nvidia* files each maps and holds. Printed in full: docs/contexts.md
+    # says to set the rule from this.
+    monitor = start_nvml_monitor()
+    p, children = start_prefork_server(handle, baseline, 1)
+    child = children[0]
+    rows = {"nvml monitor": monitor.pid, "creator (alive)": p.pid, "forked child (creator alive)": child}
+    seen = {}
+    for label, pid in rows.items():
+        seen[label] = (device_mappings(pid), device_fds(pid))
+    kill(p)
+    reap(p)  # the measured question: what the child keeps once its creator is gone
+    seen["forked child (creator dead)"] = (device_mappings(child), device_fds(child))
+    for label, (maps, fds) in seen.items():
+        print(f"  evidence {label}: maps {json.dumps(maps, sort_keys=True)}; "
+              f"fds {json.dumps(fds, sort_keys=True)} ({sum(v for v in fds.values() if isinstance(v, int))})",
+              flush=True)
+    matched = {label: rule_matches(maps) for label, (maps, _) in seen.items()}
+    # The other candidate evidence: descriptors on the GPU's own node
+    # (ContextEvidenceRule::min_gpu_node_fds).
+    on_gpu = {label: fds.get("/dev/nvidia0", 0) for label, (_, fds) in seen.items()}
+    holders_min = min(v for k, v in on_gpu.items() if k != "nvml monitor")
+    print(f"  descriptors on /dev/nvidia0: {on_gpu}; min_gpu_node_fds in "
+          f"({on_gpu['nvml monitor']}, {holders_min}] would separate them"
+          if on_gpu["nvml monitor"] < holders_min else
+          f"  descriptors on /dev/nvidia0: {on_gpu}; no count separates them", flush=True)
+    kill(child)
+    reap_pid(child)
+    kill(monitor)
+    reap(monitor)
+    wait_release(handle, baseline)
+    separates = (not matched["nvml monitor"] and all(matched[k] for k in matched if k != "nvml monitor"))
+    record("context evidence: the mapping rule tells the NVML monitor from holders", separates,
+           f"rule {RULE_MAPPED_NODES}: " + "; ".join(f"{k} matches {v}" for k, v in matched.items()))
+
+
+def check_nvml_monitor_is_info(handle, baseline):
+    monitor = start_nvml_monitor()
+    w = spawn([WORKER, "hold", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
+    ready(w)
+    wait_held(handle, baseline, WORKER_BYTES)
+    rc, doc, err = trace()
+    f = finding(doc, "hidden_holder", monitor.pid)
+    failing = [x for x in about(doc, monitor.pid) if x["severity"] != "info"]
+    ok = f is not None and f["severity"] == "info" and not failing and rc == 0
+    record("pynvml monitor next to a CUDA worker: info, trace exit 0", ok,
+           f"monitor {monitor.pid} fds {sum(device_fds(monitor.pid).values())}: "
+           f"{f and f['severity']} {f and f['message'][-60:]!r}; trace exit {rc}; "
+           f"findings {[(x['kind'], x['severity']) for x in doc.get('findings', [])]}")
+    for x in (w, monitor):
+        kill(x)
+        reap(x)
+    wait_release(handle, baseline)
+
+
+def check_prefork_server(handle, baseline):
+    # A preforking PyTorch server: while the master lives its workers are a
+    # latent orphaned context naming it; once it is SIGKILLed, one
+    # orphaned_context names both workers, whose orphan / hidden_holder
+    # findings are related to it instead of findings of their own.
+    monitor = start_nvml_monitor()
+    p, children = start_prefork_server(handle, baseline, 2)
+    rc, doc, err = trace()
+    latent = finding(doc, "latent_orphaned_context", p.pid)
+    latent_holders = sorted(h["pid"] for h in (latent or {}).get("holders", []))
+    latent_ok = latent is not None and latent["severity"] == "warning" and latent_holders == sorted(children)
+    record("preforking PyTorch server, master alive: a latent orphaned context naming it", latent_ok,
+           f"master {p.pid}, workers {children}: {latent and latent['kind']} {latent and latent['severity']}, "
+           f"holders {latent_holders}, related {[(r['kind'], r['pid']) for r in (latent or {}).get('related', [])]}")
+    kill(p)
+    reap(p)
+    still_held = nvml_used(handle) >= baseline + WORKER_BYTES // 2
+    listed_dead = p.pid in nvml_pids(handle)
+    rc, doc, err = trace()
+    ctx = [f for f in doc.get("findings", []) if f["kind"] == "orphaned_context"]
+    mine = finding(doc, "orphaned_context", p.pid)
+    holders = sorted(h["pid"] for h in (mine or {}).get("holders", []))
+    related = (mine or {}).get("related", [])
+    related_ok = (bool(related) and {r["pid"] for r in related} == set(children)
+                  and {r["kind"] for r in related} <= {"orphan", "hidden_holder"})
+    own = [f for c in children for f in about(doc, c)]
+    monitor_f = finding(doc, "hidden_holder", monitor.pid)
+    ok = (still_held and listed_dead and len(ctx) == 1 and mine is not None and holders == sorted(children) and related_ok
+          and not own and monitor_f is not None and monitor_f["severity"] == "info"
+          and doc.get("summary", {}).get("findings") == 1)
+    record("preforking PyTorch server, master SIGKILLed: one orphaned_context naming both workers", ok,
+           f"held after the master's death {still_held}, dead master listed {listed_dead}; orphaned contexts {len(ctx)}; holders {holders} "
+           f"reasons {[h['reason'] for h in (mine or {}).get('holders', [])]}; "
+           f"related {[(r['kind'], r['pid']) for r in related]}; workers' own findings {len(own)}; "
+           f"monitor {monitor_f and monitor_f['severity']}; summary findings {doc.get('summary', {}).get('findings')} "
+           f"related {doc.get('summary', {}).get('related')}; exit {rc}")
+    for c in children:
+        kill(c)
+    t = wait_release(handle, baseline)
+    for c in children:
+        reap_pid(c)
+    kill(monitor)
+    reap(monitor)
+    print(f"  released {t and round(t, 3)} s after the workers' kill", flush=True)
+
+
 def check_memory_matches(handle, baseline):
     cuda = spawn([WORKER, "hold", "--gpu", "cuda", "--device", "0", "--bytes", str(WORKER_BYTES)])
     ready(cuda)
@@ -165,6 +366,13 @@ def check_memory_matches(handle, baseline):
         same = got is not None and want is not None and abs(got - want) < MIB
         ok = ok and same and entry["listed"]
         ev.append(f"{name} pid {p.pid}: trace {got and got // MIB} MiB, nvidia-smi {want and want // MIB} MiB")
+    # For the ghost-memory rule: does the listed processes' memory explain v2's used?
+    used_v2 = nvml_used(handle)
+    listed_sum = sum(nvml_pids(handle).values())
+    ghosts = [f for f in doc.get("findings", []) if f["kind"] == "ghost_memory"]
+    ev.append(f"device used {used_v2 // MIB} MiB vs listed sum {listed_sum // MIB} MiB "
+              f"(baseline {baseline // MIB} MiB), ghost findings {len(ghosts)}")
+    ok = ok and not ghosts
     record("per-process memory matches nvidia-smi", ok, "; ".join(ev))
     for p in (cuda, torch_p):
         t0 = time.monotonic()
@@ -491,6 +699,10 @@ def main():
         f.write(TORCH_WORKER)
     with open(RANK_WORKER_PATH, "w") as f:
         f.write(RANK_WORKER)
+    with open(NVML_MONITOR_PATH, "w") as f:
+        f.write(NVML_MONITOR)
+    with open(PREFORK_SERVER_PATH, "w") as f:
+        f.write(PREFORK_SERVER)
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     driver = pynvml.nvmlSystemGetDriverVersion()
@@ -513,6 +725,9 @@ def main():
         ("init --gpu-grace", lambda: check_init_gpu_grace(handle, baseline)),
         ("prestop", lambda: check_prestop(handle, baseline)),
         ("nccl_missing_rank on one GPU", lambda: check_nccl_missing_rank_one_gpu(handle, baseline)),
+        ("context evidence", lambda: check_context_evidence(handle, baseline)),
+        ("pynvml monitor is info", lambda: check_nvml_monitor_is_info(handle, baseline)),
+        ("preforking PyTorch server", lambda: check_prefork_server(handle, baseline)),
     ]
     try:
         for check_name, c in checks:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine: run gpureap's real-GPU checks (issues 3, 4, 5) with the
+# On the GPU machine: run gpureap's real-GPU checks (issues 3, 4, 5, 12) with the
 # binaries staged by tests/device/stage.sh into .devbin/ (carried by the
 # device tool). Writes the log and a results file under $OUT when set.
 set -uo pipefail
@@ -10,9 +10,11 @@ export LD_LIBRARY_PATH=$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$out/nvidia-smi.txt"
+uname -r | tee "$out/kernel.txt"
 "$BIN/gpureap" --version || { echo "gpureap does not run here:"; ldd "$BIN/gpureap"; exit 2; }
-# The kernel-dependent unit tests (BPF iterators read through this kernel's BTF).
-"$BIN/proc_unit_tests" --gtest_filter='KernelFds.*:Btf.TheRunningKernel*' --gtest_brief=1 2>&1 | tee "$out/kernel-tests.txt"
+# The kernel-dependent unit tests (BPF iterators, CO-RE against this kernel's BTF,
+# each loader's fallback by failure injection).
+"$BIN/proc_unit_tests" --gtest_filter='KernelFds.*:KernelLoaders.*:SharedDescriptions.*' --gtest_brief=1 2>&1 | tee "$out/kernel-tests.txt"
 kernel_rc=${PIPESTATUS[0]}
 PYTHONUNBUFFERED=1 python3 tests/device/gpu_checks.py 2>&1 | tee "$out/gpu-run.log"
 rc=${PIPESTATUS[0]}

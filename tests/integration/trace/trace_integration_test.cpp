@@ -34,6 +34,7 @@ namespace fs = std::filesystem;
 
 const std::string kGpureap = GPUREAP_BIN;
 const std::string kWorker = GPUREAP_WORKER_BIN;
+const std::string kContextHelper = GPUREAP_CONTEXT_HELPER;
 constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
 
 // Kills, by pidfd, processes the test made indirectly (a worker's forked child,
@@ -125,8 +126,10 @@ class TraceIntegration : public ::testing::Test {
   // The node is the real one: other tests' processes (zombies, say) may share it,
   // so a scenario asserts on its own processes and findings, and on exit 1 only
   // where it planted a finding itself.
-  json trace(std::optional<int> expected_exit = std::nullopt) {
-    auto r = gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "sim", "--json"},
+  json trace(std::optional<int> expected_exit = std::nullopt,
+             const std::string& fd_source = "auto") {
+    auto r = gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "sim",
+                                    "--json", "--fd-source", fd_source},
                                    env_);
     if (expected_exit) {
       EXPECT_EQ(r.exit_code, *expected_exit) << r.err;
@@ -156,6 +159,28 @@ class TraceIntegration : public ::testing::Test {
       strays.add(f.child);
     }
     return f;
+  }
+
+  // trace_context_helper fork-children: a creator whose context `n` forked
+  // children inherited. The children go to `strays`.
+  struct Prefork {
+    Child creator;
+    std::vector<pid_t> children;
+  };
+  Prefork prefork(unsigned n, std::uint64_t bytes, bool group_leader, Strays& strays) {
+    std::vector<std::string> argv{kContextHelper, "fork-children", std::to_string(n),
+                                  std::to_string(bytes)};
+    if (group_leader) argv.emplace_back("--group-leader");
+    Prefork p{Child::spawn(argv, env_), {}};
+    json ready = ready_line(p.creator);
+    EXPECT_TRUE(ready.contains("children")) << ready.dump();
+    if (ready.contains("children")) {
+      for (const auto& c : ready["children"]) {
+        p.children.push_back(c.get<pid_t>());
+        strays.add(p.children.back());
+      }
+    }
+    return p;
   }
 
   std::string containerd_spec_path(const std::string& id) const {
@@ -293,6 +318,139 @@ TEST_F(TraceIntegration, ForkInheritedContextIsAnOrphanedContextNamingTheChild) 
   EXPECT_EQ(table.exit_code, 1);
   EXPECT_NE(table.out.find("DEAD"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("orphaned_context"), std::string::npos);
+}
+
+const json* finding_about(const json& doc, const std::string& kind, pid_t pid) {
+  for (const auto& f : doc["findings"]) {
+    if (f["kind"] == kind && f["pid"] == pid) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<pid_t> holder_pids(const json& finding) {
+  std::vector<pid_t> out;
+  for (const auto& h : finding["holders"]) out.push_back(h["pid"].get<pid_t>());
+  return out;
+}
+
+// Issue 12: a preforking server's master dies; its workers keep the context.
+// One orphaned_context names both (they share its open file descriptions), their
+// hidden_holder findings are related to it, not findings of their own; a
+// driver client next to them is info. The same through the /proc walk (kcmp).
+TEST_F(TraceIntegration, ChildrenOfADeadCreatorAreOneOrphanedContext) {
+  Strays strays;
+  auto server = prefork(2, 1024 * kMiB, false, strays);
+  ASSERT_EQ(server.children.size(), 2U);
+  Child monitor = Child::spawn({kContextHelper, "driver-client"}, env_);
+  ASSERT_FALSE(ready_line(monitor).is_null());
+  const pid_t dead = server.creator.pid();
+  server.creator.kill_and_reap();
+
+  for (const char* source : {"bpf", "procfs"}) {
+    SCOPED_TRACE(source);
+    json doc = trace(1, source);
+    const json* ctx = finding_about(doc, "orphaned_context", dead);
+    ASSERT_NE(ctx, nullptr) << doc["findings"].dump(2);
+    EXPECT_EQ(holder_pids(*ctx), server.children) << ctx->dump(2);
+    for (const auto& h : (*ctx)["holders"]) {
+      EXPECT_NE(h["reason"].get<std::string>().find("open file description"), std::string::npos)
+          << h;
+    }
+    std::vector<pid_t> related;
+    for (const auto& r : (*ctx)["related"]) {
+      EXPECT_EQ(r["kind"], "hidden_holder") << r;
+      related.push_back(r["pid"].get<pid_t>());
+    }
+    EXPECT_EQ(related, server.children);
+    for (const auto& f : doc["findings"]) {
+      if (f["pid"].is_null()) continue;
+      const auto pid = f["pid"].get<pid_t>();
+      EXPECT_TRUE(pid != server.children[0] && pid != server.children[1]) << f.dump(2);
+    }
+    const json* client = finding_about(doc, "hidden_holder", monitor.pid());
+    ASSERT_NE(client, nullptr) << doc["findings"].dump(2);
+    EXPECT_EQ((*client)["severity"], "info");
+    EXPECT_NE((*client)["message"].get<std::string>().find("a driver client without a GPU context"),
+              std::string::npos);
+  }
+
+  // The table indents the related findings under their root cause.
+  auto table =
+      gpureap::testing::run({kGpureap, "trace", "--host-root", host_, "--gpu", "sim"}, env_);
+  EXPECT_EQ(table.exit_code, 1);
+  EXPECT_NE(table.out.find("      related [warning] hidden_holder: pid " +
+                           std::to_string(server.children[0])),
+            std::string::npos)
+      << table.out;
+}
+
+// One child alone, outside its dead creator's group and session: its mapping
+// of the GPU's files names it; a driver client's lack of one does not.
+TEST_F(TraceIntegration, OneChildAloneOfADeadCreatorIsNamedByItsMapping) {
+  Strays strays;
+  auto server = prefork(1, 512 * kMiB, false, strays);
+  ASSERT_EQ(server.children.size(), 1U);
+  Child monitor = Child::spawn({kContextHelper, "driver-client"}, env_);
+  ASSERT_FALSE(ready_line(monitor).is_null());
+  const pid_t dead = server.creator.pid();
+  server.creator.kill_and_reap();
+
+  json doc = trace(1);
+  const json* ctx = finding_about(doc, "orphaned_context", dead);
+  ASSERT_NE(ctx, nullptr) << doc["findings"].dump(2);
+  ASSERT_EQ(holder_pids(*ctx), server.children) << ctx->dump(2);
+  EXPECT_EQ((*ctx)["holders"][0]["reason"], "maps nvidia0, nvidia-uvm");
+  ASSERT_EQ((*ctx)["related"].size(), 1U);
+  EXPECT_EQ((*ctx)["related"][0]["pid"], server.children[0]);
+  EXPECT_EQ(finding_about(doc, "hidden_holder", server.children[0]), nullptr);
+  const json* client = finding_about(doc, "hidden_holder", monitor.pid());
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ((*client)["severity"], "info");
+}
+
+// The same child, in its creator's group: the group says it first.
+TEST_F(TraceIntegration, OneChildInItsDeadCreatorsGroupIsNamedByTheGroup) {
+  Strays strays;
+  auto server = prefork(1, 512 * kMiB, true, strays);
+  ASSERT_EQ(server.children.size(), 1U);
+  const pid_t dead = server.creator.pid();
+  server.creator.kill_and_reap();
+  json doc = trace(1);
+  const json* ctx = finding_about(doc, "orphaned_context", dead);
+  ASSERT_NE(ctx, nullptr) << doc["findings"].dump(2);
+  ASSERT_EQ(holder_pids(*ctx), server.children);
+  EXPECT_EQ((*ctx)["holders"][0]["reason"], "same process group; maps nvidia0, nvidia-uvm");
+}
+
+// While the creator lives, its inheritor is a latent orphaned context naming it.
+TEST_F(TraceIntegration, ALiveCreatorsForkedChildIsALatentOrphanedContext) {
+  Strays strays;
+  auto [creator, child] = fork_after_init(256 * kMiB, strays);
+  ASSERT_GT(child, 0);
+  Child monitor = Child::spawn({kContextHelper, "driver-client"}, env_);
+  ASSERT_FALSE(ready_line(monitor).is_null());
+  for (const char* source : {"bpf", "procfs"}) {
+    SCOPED_TRACE(source);
+    json doc = trace(1, source);
+    const json* latent = finding_about(doc, "latent_orphaned_context", creator.pid());
+    ASSERT_NE(latent, nullptr) << doc["findings"].dump(2);
+    EXPECT_EQ((*latent)["severity"], "warning");
+    EXPECT_EQ(holder_pids(*latent), std::vector<pid_t>{child});
+    ASSERT_EQ((*latent)["related"].size(), 1U);
+    EXPECT_EQ((*latent)["related"][0]["kind"], "hidden_holder");
+    EXPECT_EQ(finding_about(doc, "hidden_holder", child), nullptr);
+    EXPECT_EQ((*finding_about(doc, "hidden_holder", monitor.pid()))["severity"], "info");
+  }
+}
+
+// The binary runs on a node without libbpf or libelf: linked statically.
+TEST(TraceBinary, NeedsNeitherLibbpfNorLibelf) {
+  auto r = gpureap::testing::run({"/usr/bin/readelf", "--dynamic", kGpureap});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(NEEDED)"), std::string::npos) << r.out;
+  for (const char* lib : {"libbpf", "libelf", "libz."}) {
+    EXPECT_EQ(r.out.find(lib), std::string::npos) << lib << "\n" << r.out;
+  }
 }
 
 TEST_F(TraceIntegration, AZombieCreatorIsStaleAndItsOrphanedContextNamesTheChild) {

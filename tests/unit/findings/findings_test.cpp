@@ -20,6 +20,7 @@ namespace container = gpureap::container;
 namespace proc = gpureap::proc;
 namespace gpu = gpureap::gpu;
 
+using gpureap::test::kGiB;
 using gpureap::test::kMiB;
 using Builder = gpureap::test::SnapshotBuilder;
 
@@ -276,7 +277,7 @@ TEST(DetectOrphanedContexts, AZombieCreatorIsStaleAndItsGroupStillNamesTheChild)
       << found[0].message;
   ASSERT_EQ(found[0].holders.size(), 1U);
   EXPECT_EQ(found[0].holders[0].pid, 601);
-  EXPECT_EQ(found[0].holders[0].reason, "same process group");
+  EXPECT_EQ(found[0].holders[0].reason, "same process group; child of the zombie 600");
   EXPECT_EQ(gpureap::report::summarize(snap, found).dead_listed, 1U);
 }
 
@@ -343,22 +344,239 @@ TEST(DetectHiddenHolders, SeverityByWhatIsHeldAndWhoHoldsIt) {
   auto self = process(13, 1, "gpureap");
   self.gpu_fds = {{"nvidia0", 1}};
   b.add(self);
+  auto worker = process(14, 1, "trainer");  // listed; its descriptions are unknown
+  worker.gpu_fds = {{"nvidia0", 20}};
+  b.add(worker);
+  b.list(0, 14, kGiB);
   auto snap = b.build();
   snap.self_pid = 13;
   auto found = gpureap::findings::detect_hidden_holders(snap, {});
   ASSERT_EQ(found.size(), 3U);
   EXPECT_EQ(found[0].severity, Severity::info);
   EXPECT_EQ(found[1].severity, Severity::info);
+  // Whether python3 shares the trainer's descriptions is unknown: it may hold its context.
   EXPECT_EQ(found[2].severity, Severity::warning);
   EXPECT_TRUE(gpureap::findings::fails_check(found));
   found.pop_back();
   EXPECT_FALSE(gpureap::findings::fails_check(found));
+
+  // With nothing listed on the node, no context exists for it to hold: a driver client.
+  Builder idle;
+  idle.device(0, 0, 0);
+  idle.add(hidden);
+  auto alone = gpureap::findings::detect_hidden_holders(idle.build(), {});
+  ASSERT_EQ(alone.size(), 1U);
+  EXPECT_EQ(alone[0].severity, Severity::info);
+  EXPECT_NE(alone[0].message.find("a driver client without a GPU context"), std::string::npos)
+      << alone[0].message;
 }
 
-TEST(DetectGhostMemory, OnlyV2UsedAboveThresholdWithNoListedProcess) {
+// ---------------------------------------------------------------- who shares a context
+// Open file descriptions are opaque numbers here (the kernel's file objects,
+// or kcmp's numbering): equal numbers in two processes are one description.
+
+constexpr std::uint64_t kCtl = 0xa1, kDev0 = 0xa2, kDev1 = 0xa3, kUvm = 0xa4;
+
+// A CUDA-like holder: 20 descriptors on nvidia0, the rest on the control nodes.
+proc::Process holder(pid_t pid, pid_t ppid, const char* comm, std::vector<std::uint64_t> files) {
+  auto p = process(pid, ppid, comm);
+  p.gpu_fds = {{"nvidia-uvm", 2}, {"nvidia0", 20}, {"nvidiactl", 1}};
+  std::sort(files.begin(), files.end());
+  p.gpu_files = std::move(files);
+  return p;
+}
+
+// A pynvml monitor: its own descriptions of the same nodes, 8 descriptors.
+proc::Process nvml_monitor(pid_t pid) {
+  auto p = process(pid, 1, "python3");
+  p.gpu_fds = {{"nvidia-uvm", 1}, {"nvidia0", 2}, {"nvidiactl", 5}};
+  p.gpu_files = {0xb1, 0xb2, 0xb3, 0xb4};
+  return p;
+}
+
+const gpureap::findings::Finding* first_of(const std::vector<gpureap::findings::Finding>& found,
+                                           Kind k) {
+  for (const auto& f : found) {
+    if (f.kind == k) return &f;
+  }
+  return nullptr;
+}
+
+TEST(Contexts, ChildrenSharingADeadCreatorsDescriptionsAreItsHoldersAndOneRootCause) {
+  // A preforking server: the master (600, gone) forked two workers that
+  // inherited its descriptions; launched from a shell, they share neither its
+  // group nor its session. Their mappings could not be read. A pynvml monitor
+  // next to them maps nothing.
   Builder b;
-  b.device(0, 1024 * kMiB, 615 * kMiB);           // ghost
-  b.device(1, 1024 * kMiB, std::nullopt);          // v1 only: used includes reserved, skip
+  b.device(0, 2560 * kMiB, 615 * kMiB);
+  auto w1 = holder(601, 1, "python3", {kCtl, kDev0, kDev1, kUvm});
+  w1.pgrp = w1.session = 500;
+  auto w2 = holder(602, 1, "python3", {kCtl, kDev0, kDev1, kUvm});
+  w2.pgrp = w2.session = 500;
+  b.add(w1, in_pod("c1", "server"));
+  b.add(w2, in_pod("c1", "server"));
+  b.add(nvml_monitor(700)).gpu_mappings = std::vector<std::string>{};
+  b.list(0, 600, 2560 * kMiB);
+  auto snap = b.build();
+  auto found = gpureap::findings::detect_all(snap);
+
+  const auto* ctx = first_of(found, Kind::orphaned_context);
+  ASSERT_NE(ctx, nullptr);
+  ASSERT_EQ(ctx->holders.size(), 2U);
+  EXPECT_EQ(ctx->holders[0].pid, 601);
+  EXPECT_EQ(ctx->holders[0].reason,
+            "shares 4 open file descriptions of its device files with pid 602 (python3)");
+  EXPECT_EQ(ctx->holders[1].pid, 602);
+  // Their orphan and hidden_holder findings are the same root cause: related, not counted.
+  std::vector<std::pair<Kind, pid_t>> related;
+  for (const auto& r : ctx->related) related.emplace_back(r.kind, *r.pid);
+  EXPECT_EQ(related, (std::vector<std::pair<Kind, pid_t>>{{Kind::orphan, 601},
+                                                          {Kind::orphan, 602},
+                                                          {Kind::hidden_holder, 601},
+                                                          {Kind::hidden_holder, 602}}));
+  for (const auto& f : found) {
+    EXPECT_FALSE(f.pid && (*f.pid == 601 || *f.pid == 602)) << f.message;
+  }
+  // The monitor is a driver client: info, not a holder.
+  const auto* monitor = first_of(found, Kind::hidden_holder);
+  ASSERT_NE(monitor, nullptr);
+  EXPECT_EQ(monitor->pid, 700);
+  EXPECT_EQ(monitor->severity, Severity::info);
+  const auto s = gpureap::report::summarize(snap, found);
+  EXPECT_EQ(s.findings, 1U);
+  EXPECT_EQ(s.orphans, 0U);
+  EXPECT_EQ(s.related, 4U);
+  EXPECT_TRUE(gpureap::findings::fails_check(found));
+}
+
+TEST(Contexts, OneChildAloneIsNamedByItsGroupOrItsMappings) {
+  Builder b;
+  b.device(0, 2560 * kMiB, 615 * kMiB);
+  auto by_group = holder(601, 1, "python3", {kCtl, kDev0, kUvm});
+  by_group.pgrp = 600;  // the creator led its group
+  b.add(by_group).gpu_mappings = std::vector<std::string>{"nvidia0"};
+  auto by_mapping = holder(611, 1, "python3", {0xc1, 0xc2});
+  by_mapping.pgrp = by_mapping.session = 500;
+  b.add(by_mapping).gpu_mappings = std::vector<std::string>{"nvidiactl", "nvidia0", "nvidia-uvm"};
+  b.add(nvml_monitor(700)).gpu_mappings = std::vector<std::string>{"nvidiactl"};
+  b.list(0, 600, 2560 * kMiB);
+  b.list(0, 610, 1024 * kMiB);
+  auto found = gpureap::findings::detect_orphaned_contexts(b.build());
+  ASSERT_EQ(found.size(), 2U);
+  ASSERT_EQ(found[0].holders.size(), 2U);
+  EXPECT_EQ(found[0].holders[0].pid, 601);
+  EXPECT_EQ(found[0].holders[0].reason, "same process group; maps nvidia0");
+  // Nothing ties 611 to either creator but its mapping: both may be its; 601
+  // is 600's kin, so not 610's.
+  EXPECT_EQ(found[0].holders[1].pid, 611);
+  EXPECT_EQ(found[0].holders[1].reason, "maps nvidia0, nvidia-uvm");
+  ASSERT_EQ(found[1].holders.size(), 1U);
+  EXPECT_EQ(found[1].holders[0].pid, 611);
+}
+
+TEST(Contexts, TheEvidenceRuleIsData) {
+  // Say a driver is measured where only the UVM mapping tells: then a holder
+  // mapping only nvidia0 is a driver client; where descriptor counts tell, its
+  // count names it; with no rule at all nobody is excluded (named as a holder
+  // of the node, the old way).
+  auto situation = [] {
+    Builder b;
+    b.device(0, 2560 * kMiB, 615 * kMiB);
+    auto child = holder(611, 1, "python3", {0xc1});
+    child.pgrp = child.session = 500;
+    b.add(child).gpu_mappings = std::vector<std::string>{"nvidia0"};
+    b.list(0, 600, 2560 * kMiB);
+    return b.build();
+  };
+  gpureap::findings::DetectOptions uvm_only;
+  uvm_only.context_evidence.mapped_nodes = {"nvidia-uvm"};
+  auto found = gpureap::findings::detect_all(situation(), uvm_only);
+  ASSERT_NE(first_of(found, Kind::orphaned_context), nullptr);
+  EXPECT_TRUE(first_of(found, Kind::orphaned_context)->holders.empty());
+  ASSERT_NE(first_of(found, Kind::hidden_holder), nullptr);
+  EXPECT_EQ(first_of(found, Kind::hidden_holder)->severity, Severity::info);
+
+  // Or where descriptor counts tell: the child's 20 on nvidia0 are a context's.
+  gpureap::findings::DetectOptions by_count = uvm_only;
+  by_count.context_evidence.min_gpu_node_fds = 10;
+  found = gpureap::findings::detect_all(situation(), by_count);
+  ASSERT_EQ(first_of(found, Kind::orphaned_context)->holders.size(), 1U);
+  EXPECT_EQ(first_of(found, Kind::orphaned_context)->holders[0].reason,
+            "holds 20 descriptors of nvidia0");
+
+  gpureap::findings::DetectOptions no_rule;
+  no_rule.context_evidence.mapped_nodes.clear();
+  found = gpureap::findings::detect_all(situation(), no_rule);
+  ASSERT_EQ(first_of(found, Kind::orphaned_context)->holders.size(), 1U);
+  EXPECT_EQ(first_of(found, Kind::orphaned_context)->holders[0].reason,
+            "holds nvidia0 and is not listed by the driver");
+}
+
+TEST(Contexts, AMonitorOpeningTheNodesItselfIsInfoWhateverItsName) {
+  // A live CUDA worker, listed, and an NVML client with descriptions of its own.
+  Builder b;
+  b.device(0, 2560 * kMiB, 615 * kMiB);
+  b.add(holder(800, 1, "python3", {kCtl, kDev0, kUvm}));
+  b.add(nvml_monitor(700));
+  b.list(0, 800, 2560 * kMiB);
+  auto snap = b.build();
+  auto found = gpureap::findings::detect_all(snap);
+  ASSERT_EQ(found.size(), 1U);
+  EXPECT_EQ(found[0].kind, Kind::hidden_holder);
+  EXPECT_EQ(found[0].pid, 700);
+  EXPECT_EQ(found[0].severity, Severity::info);
+  EXPECT_NE(found[0].message.find("a driver client without a GPU context"), std::string::npos);
+  EXPECT_FALSE(gpureap::findings::fails_check(found));
+}
+
+TEST(Contexts, ALiveCreatorsInheritorIsALatentOrphanedContext) {
+  Builder b;
+  b.device(0, 2560 * kMiB, 615 * kMiB);
+  b.add(holder(800, 1, "python3", {kCtl, kDev0, kUvm}));
+  b.add(holder(801, 800, "python3", {kCtl, kDev0, kUvm}));
+  b.add(nvml_monitor(700));
+  b.list(0, 800, 2560 * kMiB);
+  auto snap = b.build();
+  auto found = gpureap::findings::detect_all(snap);
+  const auto* latent = first_of(found, Kind::latent_orphaned_context);
+  ASSERT_NE(latent, nullptr);
+  EXPECT_EQ(latent->severity, Severity::warning);
+  EXPECT_EQ(latent->pid, 800);
+  EXPECT_EQ(latent->device, 0U);
+  ASSERT_EQ(latent->holders.size(), 1U);
+  EXPECT_EQ(latent->holders[0].pid, 801);
+  EXPECT_EQ(latent->holders[0].reason,
+            "shares 3 open file descriptions of its GPU device files with pid 800 (inherited over "
+            "fork)");
+  EXPECT_NE(latent->message.find("if pid 800 exits, the context and its memory stay held by it"),
+            std::string::npos)
+      << latent->message;
+  ASSERT_EQ(latent->related.size(), 1U);
+  EXPECT_EQ(latent->related[0].kind, Kind::hidden_holder);
+  EXPECT_EQ(latent->related[0].pid, 801);
+  EXPECT_EQ(latent->related[0].severity, Severity::warning);
+  // No orphaned context while the creator lives; the monitor stays info.
+  EXPECT_EQ(first_of(found, Kind::orphaned_context), nullptr);
+  EXPECT_EQ(gpureap::report::summarize(snap, found).findings, 1U);
+
+  // The JSON names the holders and the related finding; the table indents it.
+  const auto doc = gpureap::report::trace_json(snap, found);
+  const auto& f = doc["findings"][0];
+  EXPECT_EQ(f["kind"], "latent_orphaned_context");
+  EXPECT_EQ(f["holders"][0]["pid"], 801);
+  EXPECT_EQ(f["related"][0]["kind"], "hidden_holder");
+  EXPECT_EQ(f["related"][0]["pid"], 801);
+  EXPECT_EQ(doc["summary"]["related"], 1);
+  const auto table = gpureap::report::render_trace_table(snap, found);
+  EXPECT_NE(table.find("\n      related [warning] hidden_holder: pid 801 (python3)"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("1 findings (1 related grouped under them)"), std::string::npos) << table;
+}
+
+TEST(DetectGhostMemory, V2UsedAboveThresholdWithNoListedProcess) {
+  Builder b;
+  b.device(0, 1024 * kMiB, 615 * kMiB);            // ghost
   b.device(2, 64 * kMiB, 615 * kMiB);              // under the threshold
   b.device(3, 1024 * kMiB, 615 * kMiB);            // has a listed process
   b.add(process(5, 1, "x"));
@@ -367,6 +585,37 @@ TEST(DetectGhostMemory, OnlyV2UsedAboveThresholdWithNoListedProcess) {
   ASSERT_EQ(found.size(), 1U);
   EXPECT_EQ(found[0].device, 0U);
   EXPECT_EQ(found[0].kind, Kind::ghost_memory);
+  EXPECT_NE(found[0].message.find("by v2 accounting"), std::string::npos) << found[0].message;
+}
+
+TEST(DetectGhostMemory, V1UnexplainedMemoryBeyondTheReservedAllowance) {
+  // v1 `used` includes reserved memory: only what no listed process explains
+  // beyond the threshold (128 MiB) plus the allowance (1024 MiB) is a ghost.
+  Builder b;
+  b.device(0, 615 * kMiB, std::nullopt);   // an idle H200 by v1: no ghost
+  b.device(1, 3072 * kMiB, std::nullopt);  // 3 GiB, nobody listed: ghost
+  b.device(2, 4096 * kMiB, std::nullopt);  // 1 GiB beyond its listed 3 GiB: within
+  b.device(3, 5120 * kMiB, std::nullopt);  // 3 GiB beyond its listed 2 GiB: ghost
+  b.device(4, 5120 * kMiB, std::nullopt);  // a listed process of unknown size: cannot say
+  b.add(process(5, 1, "x"));
+  b.list(2, 5, 3072 * kMiB);
+  b.list(3, 5, 2048 * kMiB);
+  b.list(4, 5, std::nullopt);
+  auto found = gpureap::findings::detect_ghost_memory(b.build(), {});
+  ASSERT_EQ(found.size(), 2U);
+  EXPECT_EQ(found[0].device, 1U);
+  EXPECT_EQ(found[1].device, 3U);
+  EXPECT_NE(found[1].message.find("5120 MiB used by v1 accounting"), std::string::npos)
+      << found[1].message;
+  EXPECT_NE(found[1].message.find("3072 MiB of it explained by no listed process"),
+            std::string::npos)
+      << found[1].message;
+  // The allowance is an option: without it the idle GPU's reserved memory is a ghost.
+  gpureap::findings::DetectOptions strict;
+  strict.v1_reserved_allowance_bytes = 0;
+  Builder idle;
+  idle.device(0, 615 * kMiB, std::nullopt);
+  EXPECT_EQ(gpureap::findings::detect_ghost_memory(idle.build(), strict).size(), 1U);
 }
 
 TEST(Report, JsonCarriesSchemaProcessesFindingsAndSummary) {
@@ -542,7 +791,20 @@ TEST(JsonText, FindingsAreWrittenByteForByteAsTheTree) {
   ctx.message = std::string("bad utf-8 \xff\xfe here, tab\t");
   ctx.advice = "end them";
   ctx.holders = {{601, "python3", "same process group"}, {700, "w\\x", "holds nvidia1"}};
+  Finding related;
+  related.kind = Kind::hidden_holder;
+  related.severity = Severity::warning;
+  related.pid = 601;
+  related.message = "holds \"nvidia1\"";
+  ctx.related = {related, related};
   found.push_back(ctx);
+  Finding latent;
+  latent.kind = Kind::latent_orphaned_context;
+  latent.severity = Severity::warning;
+  latent.pid = 800;
+  latent.device = 0;
+  latent.holders = {{801, "python3", "shares 3 open file descriptions"}};
+  found.push_back(latent);
   Finding none;
   none.kind = Kind::orphaned_context;  // no holder at all
   none.severity = Severity::critical;

@@ -25,6 +25,10 @@
 //   handle_lost       GPU 1's handle returns 15 (GPU is lost)
 //   hang              compute calls block until fake_nvml_release()
 //   hang_init         nvmlInit* blocks until fake_nvml_release()
+//   idle              GPU 0 lists no process; both GPUs as an idle H200: v2 used 0,
+//                     reserved 615 MiB; v1 used 615 MiB (reserved included)
+//   ghost_3g          GPU 0 lists no process yet holds 3 GiB: v2 used 3 GiB,
+//                     v1 used 3 GiB + 615 MiB; GPU 1 idle
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -133,8 +137,21 @@ int do_init(const char* name) {
 
 unsigned device_count() { return has("no_devices") ? 0U : 2U; }
 
+// GPU 0 lists nothing in these worlds.
+bool gpu0_empty() {
+  return has("idle") || has("ghost_3g");
+}
+
+// A GPU's used memory by v2 accounting (reserved excluded); in the idle and
+// ghost worlds GPU 1 is idle.
+unsigned long long used_v2(unsigned dev) {
+  if (has("idle")) return 0;
+  if (has("ghost_3g")) return dev == 0 ? 3 * kGiB : 0;
+  return 2 * kGiB;
+}
+
 std::vector<Proc> compute_list(unsigned dev, bool with_buffer, unsigned capacity) {
-  if (dev != 0) return {};
+  if (dev != 0 || gpu0_empty()) return {};
   std::vector<Proc> procs{{100, kGiB}, {200, kNotAvailable}};
   if (has("zero_pid")) procs.push_back({0, kMiB});
   int calls = 0;
@@ -155,7 +172,7 @@ std::vector<Proc> compute_list(unsigned dev, bool with_buffer, unsigned capacity
 }
 
 std::vector<Proc> graphics_list(unsigned dev) {
-  if (dev != 0) return {};
+  if (dev != 0 || gpu0_empty()) return {};
   std::vector<Proc> procs{{100, kGiB}, {300, 512 * kMiB}};
   if (has("zero_pid")) procs.push_back({0, kMiB});
   return procs;
@@ -306,22 +323,22 @@ int nvmlDeviceGetMinorNumber(Device dev, unsigned* minor) {
 #endif
 
 #ifndef FAKE_NVML_NO_MEMORY_V2
-int nvmlDeviceGetMemoryInfo_v2(Device, MemoryV2* mem) {
+int nvmlDeviceGetMemoryInfo_v2(Device dev, MemoryV2* mem) {
   count_call("nvmlDeviceGetMemoryInfo_v2");
   if (has("mem_v2_unsupported")) return 3;
   if (mem->version != 0x02000028U) return 2;  // NVML_ERROR_INVALID_ARGUMENT for a wrong version
   mem->total = 80 * kGiB;
   mem->reserved = 615 * kMiB;
-  mem->used = 2 * kGiB;
+  mem->used = used_v2(index_of(dev));
   mem->free = mem->total - mem->reserved - mem->used;
   return 0;
 }
 #endif
 
-int nvmlDeviceGetMemoryInfo(Device, Memory* mem) {
+int nvmlDeviceGetMemoryInfo(Device dev, Memory* mem) {
   count_call("nvmlDeviceGetMemoryInfo");
   mem->total = 80 * kGiB;
-  mem->used = 2 * kGiB + 615 * kMiB;  // v1 counts reserved memory as used
+  mem->used = used_v2(index_of(dev)) + 615 * kMiB;  // v1 counts reserved memory as used
   mem->free = mem->total - mem->used;
   return 0;
 }

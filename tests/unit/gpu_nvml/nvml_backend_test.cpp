@@ -1,6 +1,8 @@
 // The NVML backend against fake_nvml.cpp: each version fallback, the growth
 // loop, the stride check, missing optional symbols, missing library/driver,
 // and calls that never return. Scenarios are documented in fake_nvml.cpp.
+#include "gpu/nvml_backend.hpp"
+
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -8,13 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <cstdlib>
 #include <string>
 #include <thread>
 
-#include "gpu/nvml_backend.hpp"
+#include "findings/finding.hpp"
+#include "node/snapshot.hpp"
 
 namespace gpureap::gpu {
 namespace {
@@ -375,6 +378,43 @@ TEST(NvmlBackend, DeviceMatcherJoinsHostNodesAndNvmlMinors) {
   EXPECT_NE(std::find(m.majors.begin(), m.majors.end(), 511U), m.majors.end());  // nvidia-uvm's dynamic major
 
   std::filesystem::remove_all(base);
+}
+
+// A driver without nvmlDeviceGetMemoryInfo_v2 (before R510): v1's `used`
+// includes reserved memory, so ghost memory is what no listed process explains
+// beyond the threshold plus the allowance for reserved memory (issue 12).
+TEST(NvmlGhostMemory, OnAV1OnlyDriverAnIdleGpuIsNoGhostAndThreeGibUnexplainedIsOne) {
+  for (const auto& [scenario, ghost] : {std::pair{"idle", false}, std::pair{"ghost_3g", true}}) {
+    SCOPED_TRACE(scenario);
+    Fake fake(kLegacy, scenario);
+    auto backend = make_nvml_backend(root(), options(kLegacy));
+    auto gpu = backend->snapshot();
+    ASSERT_TRUE(gpu.ok()) << gpu.error().message;
+    ASSERT_FALSE(gpu->devices.empty());
+    const GpuDevice& d0 = gpu->devices[0];
+    ASSERT_TRUE(d0.memory.has_value());
+    EXPECT_FALSE(d0.memory->reserved.has_value());  // v1 accounting only
+    EXPECT_TRUE(d0.processes.empty());
+    EXPECT_EQ(fake.calls("nvmlDeviceGetMemoryInfo"), 2);
+
+    node::NodeSnapshot snap;
+    snap.gpu = std::move(gpu.value());
+    snap.gpu_backend = "nvml";
+    snap.gpu_descriptors_visible = true;
+    const auto found = findings::detect_ghost_memory(snap, {});
+    if (!ghost) {
+      EXPECT_EQ(d0.memory.value_or(GpuMemory{}).used, 615 * kMiB);
+      EXPECT_TRUE(found.empty()) << found[0].message;
+      continue;
+    }
+    ASSERT_EQ(found.size(), 1U);
+    EXPECT_EQ(found[0].device, 0U);
+    EXPECT_EQ(found[0].severity, findings::Severity::critical);
+    EXPECT_EQ(found[0].message,
+              "GPU 0 (GPU-fake-0) has 3687 MiB used by v1 accounting (reserved memory included: "
+              "the driver has no v2 memory info), 3687 MiB of it explained by no listed process: "
+              "more than the 128 MiB threshold plus 1024 MiB allowed for reserved memory");
+  }
 }
 
 }  // namespace

@@ -1,13 +1,14 @@
 // gpureap observe's classification on hand-built snapshots taken INSIDE a
 // container: /proc is the container's, so every record's PID is local (NSpid has
 // one entry). Each case states the situation it stands for.
+#include "observe/observe.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "findings/finding.hpp"
 #include "node/snapshot.hpp"
-#include "report/observe.hpp"
 #include "snapshot_builder.hpp"
 
 namespace {
@@ -15,13 +16,13 @@ namespace {
 using gpureap::findings::Severity;
 using gpureap::node::NodeSnapshot;
 using gpureap::node::ProcessRecord;
-using gpureap::report::DriverPidView;
-using gpureap::report::ListedStatus;
-using gpureap::report::ObserveFinding;
-using gpureap::report::ObserveReport;
+using gpureap::observe::DriverPidView;
+using gpureap::observe::ListedStatus;
+using gpureap::observe::ObserveFinding;
+using gpureap::observe::ObserveReport;
 namespace proc = gpureap::proc;
 namespace gpu = gpureap::gpu;
-namespace report = gpureap::report;
+namespace observe = gpureap::observe;
 namespace findings = gpureap::findings;
 
 using gpureap::test::kMiB;
@@ -50,7 +51,7 @@ class Builder : public gpureap::test::SnapshotBuilder {
 };
 
 ObserveReport analyse(const NodeSnapshot& snap) {
-  return report::analyse_observe(snap, findings::detect_all(snap));
+  return observe::analyse_observe(snap, findings::detect_all(snap));
 }
 
 std::vector<const ObserveFinding*> of_kind(const ObserveReport& rep, const std::string& kind) {
@@ -63,17 +64,17 @@ std::vector<const ObserveFinding*> of_kind(const ObserveReport& rep, const std::
 
 TEST(KnownInit, ByCommOrArgv0Basename) {
   auto tini = process(1, 0, "tini");
-  EXPECT_EQ(report::known_init(tini), "tini");
+  EXPECT_EQ(observe::known_init(tini), "tini");
   auto docker_init = process(1, 0, "python3");
   docker_init.cmdline = {"/sbin/docker-init", "--", "python3", "train.py"};
-  EXPECT_EQ(report::known_init(docker_init), "docker-init");
+  EXPECT_EQ(observe::known_init(docker_init), "docker-init");
   auto ours = process(1, 0, "gpureap-init");
   ours.cmdline = {"/usr/local/bin/gpureap-init", "--", "sh"};
-  EXPECT_EQ(report::known_init(ours), "gpureap-init");
-  EXPECT_FALSE(report::known_init(process(1, 0, "bash")).has_value());
+  EXPECT_EQ(observe::known_init(ours), "gpureap-init");
+  EXPECT_FALSE(observe::known_init(process(1, 0, "bash")).has_value());
   auto python = process(1, 0, "python3");
   python.cmdline = {"python3", "/opt/init/train.py"};  // "init" in an argument is no init
-  EXPECT_FALSE(report::known_init(python).has_value());
+  EXPECT_FALSE(observe::known_init(python).has_value());
 }
 
 // Driver 580 inside `unshare --pid` (FACTS.md): the worker is listed by its local PID.
@@ -121,7 +122,7 @@ TEST(AnalyseObserve, HostPidsListedAreNotVisibleNeverOrphaned) {
   ASSERT_EQ(std::count_if(found.begin(), found.end(),
                           [](const findings::Finding& f) { return f.kind == findings::Kind::orphaned_context; }),
             2);
-  const auto rep = report::analyse_observe(snap, found);
+  const auto rep = observe::analyse_observe(snap, found);
   ASSERT_EQ(rep.listed.size(), 2U);
   for (const auto& e : rep.listed) {
     EXPECT_EQ(e.status, ListedStatus::not_visible) << e.reason;
@@ -145,7 +146,7 @@ TEST(AnalyseObserve, HostPidsListedAreNotVisibleNeverOrphaned) {
   ASSERT_EQ(pid1.size(), 1U);
   EXPECT_EQ(pid1[0]->severity, Severity::info);
   EXPECT_FALSE(rep.fails_check());
-  const auto text = report::render_observe(snap, rep);
+  const auto text = observe::render_observe(snap, rep);
   EXPECT_EQ(text.find("ORPHANED"), std::string::npos) << text;
   EXPECT_NE(text.find("not_visible"), std::string::npos) << text;
 }
@@ -191,7 +192,7 @@ TEST(AnalyseObserve, DeadListingWithNoLocalHolderIsAnOrphanedContext) {
   EXPECT_EQ(ctx[0]->pid, 999);
   EXPECT_NE(ctx[0]->message.find("judged from inside the container"), std::string::npos);
   EXPECT_TRUE(rep.fails_check());
-  EXPECT_NE(report::render_observe(snap, rep).find("ORPHANED GPU CONTEXT"), std::string::npos);
+  EXPECT_NE(observe::render_observe(snap, rep).find("ORPHANED GPU CONTEXT"), std::string::npos);
 }
 
 // Fork after CUDA init inside the namespace, creator killed: the driver (which
@@ -320,7 +321,7 @@ TEST(ObserveJson, SchemaAndSections) {
   b.add(process(8, 1, "python3", 'Z'));
   b.list(0, 31337, 2048 * kMiB);
   const auto snap = b.build();
-  const auto doc = report::observe_json(snap, analyse(snap));
+  const auto doc = observe::observe_json(snap, analyse(snap));
   EXPECT_EQ(doc["schema"], 1);
   EXPECT_EQ(doc["pid1"]["pid"], 1);
   EXPECT_EQ(doc["pid1"]["is_init"], false);

@@ -375,6 +375,27 @@ TEST(ParseCharDevices, NvidiaAndMalformed) {
 namespace gpureap::proc {
 namespace {
 
+TEST(ParseMappedFiles, Real) {
+  auto files = parse_mapped_files(fixture("gpu_holder.maps"));
+  // Each file once, in order; no [heap], [vdso], [stack] or anonymous mapping.
+  EXPECT_EQ(files, (std::vector<std::string>{
+                       "/root/.pyenv/versions/3.11.7/bin/python3.11", "/dev/zero (deleted)",
+                       "/tmp/gpureap-maps/gone (deleted)", "/tmp/gpureap-maps/with space",
+                       "/usr/lib/x86_64-linux-gnu/libc.so.6", "/tmp/gpureap-maps/dev/nvidia-uvm",
+                       "/usr/lib/x86_64-linux-gnu/gconv/gconv-modules.cache"}));
+}
+
+TEST(ParseMappedFiles, CutAndMalformedLines) {
+  // A cut last line is not trusted (it could be a cut path); fewer than five
+  // fields is no mapping line.
+  EXPECT_EQ(parse_mapped_files("7f00-7f01 rw-s 00000000 00:05 7     /dev/nvidiactl\n"
+                               "7f01-7f02 rw-s 00000000 00:05\n"
+                               "7f02-7f03 rw-s 00000000 00:05 9     /dev/nvidia-u"),
+            (std::vector<std::string>{"/dev/nvidiactl"}));
+  EXPECT_TRUE(parse_mapped_files("").empty());
+  EXPECT_TRUE(parse_mapped_files("garbage\n\n").empty());
+}
+
 TEST(DistinctCgroupPaths, KeepsMemoryV2AndTheFirstOfEachOtherPath) {
   const std::string text =
       "12:pids:/kubepods/podA/c1\n"

@@ -658,8 +658,14 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
     auto stats = t->stats;
     EXPECT_NE(stats.fds_note.find("proc/self"), std::string::npos) << stats.fds_note;
     stats.fds_note.clear();
-    EXPECT_EQ(stats, (ScanStats{.listed = 8, .scanned = 4, .vanished = 1, .denied = 0, .malformed = 3,
-                                .fds_from = "procfs", .fds_note = ""}))
+    EXPECT_EQ(stats, (ScanStats{.listed = 8,
+                                .scanned = 4,
+                                .vanished = 1,
+                                .denied = 0,
+                                .malformed = 3,
+                                .fds_from = "procfs",
+                                .fds_loader = "",
+                                .fds_note = ""}))
         << "threads=" << threads;
     ASSERT_EQ(t->processes.size(), 4u);
     EXPECT_EQ(t->processes[0].pid, 4599);
@@ -694,6 +700,9 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
     EXPECT_TRUE(n.fds_readable);
     EXPECT_EQ(n.fd_count, 5u);
     EXPECT_EQ(n.gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 2}, {"nvidiactl", 1}}));
+    // The descriptors kcmp will compare, by number (the fixture's fd/ links).
+    EXPECT_EQ(n.gpu_fd_numbers.size(), 3u);
+    EXPECT_TRUE(n.gpu_files.empty());
 
     const Process& pc = t->processes[2];
     EXPECT_EQ(pc.comm, "a) b");

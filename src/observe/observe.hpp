@@ -24,7 +24,7 @@
 #include "findings/finding.hpp"
 #include "node/snapshot.hpp"
 
-namespace gpureap::report {
+namespace gpureap::observe {
 
 inline constexpr int kObserveSchema = 1;
 
@@ -136,4 +136,4 @@ std::string render_observe(const node::NodeSnapshot& snap, const ObserveReport& 
 // "holders", "orphaned_context", "findings", ...}
 nlohmann::json observe_json(const node::NodeSnapshot& snap, const ObserveReport& report);
 
-}  // namespace gpureap::report
+}  // namespace gpureap::observe

@@ -1,5 +1,5 @@
 // gpureap observe: classification (pure) and rendering. See observe.hpp and docs/observe.md.
-#include "report/observe.hpp"
+#include "observe/observe.hpp"
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -11,7 +11,7 @@
 #include "gpu/snapshot_json.hpp"
 #include "report/report.hpp"
 
-namespace gpureap::report {
+namespace gpureap::observe {
 
 namespace {
 
@@ -245,7 +245,15 @@ bool ObserveReport::fails_check() const {
                      [](const ObserveFinding& f) { return f.severity != Severity::info; });
 }
 
-ObserveReport analyse_observe(const NodeSnapshot& snap, const std::vector<Finding>& found) {
+ObserveReport analyse_observe(const NodeSnapshot& snap, const std::vector<Finding>& grouped) {
+  // Judged one by one from inside the namespace: what detect_all grouped under
+  // a root cause (Finding::related) counts on its own here.
+  std::vector<Finding> found;
+  for (const auto& f : grouped) {
+    found.push_back(f);
+    found.back().related.clear();
+    found.insert(found.end(), f.related.begin(), f.related.end());
+  }
   ObserveReport rep;
   rep.pid1 = analyse_pid1(snap);
 
@@ -415,7 +423,7 @@ ObserveReport analyse_observe(const NodeSnapshot& snap, const std::vector<Findin
     if (o.message.empty()) {
       o.message = fmt::format("the driver lists pid {} on GPU {} ({}) but no such process exists",
                               pid, l.device_index,
-                              l.entry.used_memory ? format_bytes(*l.entry.used_memory) : "memory n/a");
+                              l.entry.used_memory ? report::format_bytes(*l.entry.used_memory) : "memory n/a");
       o.advice = "End whatever still holds its descriptors (or restart the pod); if nothing does, "
                  "drain the node and reset the GPU.";
     }
@@ -605,8 +613,8 @@ std::string render_observe(const NodeSnapshot& snap, const ObserveReport& rep) {
   for (const auto& d : snap.gpu.devices) {
     std::string mem = "memory n/a";
     if (d.memory) {
-      mem = fmt::format("{} / {} used", format_bytes(d.memory->used), format_bytes(d.memory->total));
-      mem += d.memory->reserved ? fmt::format(" (+{} reserved)", format_bytes(*d.memory->reserved))
+      mem = fmt::format("{} / {} used", report::format_bytes(d.memory->used), report::format_bytes(d.memory->total));
+      mem += d.memory->reserved ? fmt::format(" (+{} reserved)", report::format_bytes(*d.memory->reserved))
                                 : " (v1 accounting: includes reserved)";
     }
     const DeviceView* v = nullptr;
@@ -622,7 +630,7 @@ std::string render_observe(const NodeSnapshot& snap, const ObserveReport& rep) {
   for (const auto& e : rep.listed) {
     const auto& l = snap.listings[e.listing];
     out += fmt::format("  gpu {}  pid {:<8} {:>10}  {:<11}  {}\n", l.device_index, l.entry.pid,
-                       l.entry.used_memory ? format_bytes(*l.entry.used_memory) : "n/a",
+                       l.entry.used_memory ? report::format_bytes(*l.entry.used_memory) : "n/a",
                        to_string(e.status), e.reason);
   }
 
@@ -816,4 +824,4 @@ json observe_json(const NodeSnapshot& snap, const ObserveReport& rep) {
   return doc;
 }
 
-}  // namespace gpureap::report
+}  // namespace gpureap::observe
