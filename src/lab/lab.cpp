@@ -580,7 +580,7 @@ class InstanceRun {
     workload_.reset();
     // Distinct over the steps: a context or a holder seen at two steps is one.
     std::set<pid_t> zombies, orphans, hidden;
-    std::set<std::pair<unsigned, pid_t>> contexts;  // (GPU, listed PID)
+    std::set<std::pair<unsigned, pid_t>> contexts, latent;  // (GPU, listed PID)
     for (const auto& s : m_.steps) {
       zombies.insert(s.zombies.begin(), s.zombies.end());
       orphans.insert(s.orphans.begin(), s.orphans.end());
@@ -595,10 +595,13 @@ class InstanceRun {
           }
         }
         if (f.kind == "hidden_holder" && f.pid) hidden.insert(*f.pid);
+        if (f.kind == "latent_orphaned_context")
+          latent.emplace(f.gpu.value_or(0), f.pid.value_or(0));
       }
     }
     m_.orphaned_contexts = static_cast<unsigned>(contexts.size());
     m_.hidden_holders = static_cast<unsigned>(hidden.size());
+    m_.latent_orphaned_contexts = static_cast<unsigned>(latent.size());
     m_.zombies = static_cast<unsigned>(zombies.size());
     m_.orphans = static_cast<unsigned>(orphans.size());
     if (!container_log_.empty()) {

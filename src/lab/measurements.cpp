@@ -36,6 +36,7 @@ json findings_json(const std::vector<SeenFinding>& fs) {
                    {"pid", or_null(f.pid)},
                    {"gpu", or_null(f.gpu)},
                    {"holders", f.holders},
+                   {"related", f.related},
                    {"message", f.message}});
   }
   return arr;
@@ -166,6 +167,7 @@ json to_json(const Measurements& m) {
       {"orphaned_context_holders", m.orphaned_context_holders},
       {"forked_children", m.forked_children},
       {"hidden_holders", m.hidden_holders},
+      {"latent_orphaned_contexts", m.latent_orphaned_contexts},
       {"term_reached_worker", m.term_reached_worker},
       {"term_reached_worker_s", opt_seconds(m.term_reached_worker_s)},
       {"gpu_bytes_at_delete", m.gpu_bytes_at_delete},

@@ -25,6 +25,7 @@ struct SeenFinding {
   std::optional<unsigned> gpu;
   std::vector<pid_t> holders;  // orphaned_context: the processes holding the context
   std::string message;
+  bool related = false;  // grouped by trace under the finding before it (same root cause)
 };
 
 struct StepReport {
@@ -71,7 +72,10 @@ struct Measurements {
   unsigned zombies = 0;            // distinct zombies observe saw inside
   unsigned orphans = 0;            // distinct PPID-1 processes observe saw inside
   unsigned orphaned_contexts = 0;  // orphaned_context findings of trace on the node
-  unsigned hidden_holders = 0;     // hidden_holder findings of trace (GPU descriptors, not listed)
+  unsigned hidden_holders =
+      0;  // processes trace called hidden holders (GPU descriptors, not listed)
+  unsigned latent_orphaned_contexts =
+      0;  // contexts a live creator's forked children share (trace's warning)
   std::vector<pid_t> orphaned_context_holders;  // host PIDs trace named
   std::vector<pid_t> forked_children;           // host PIDs of the creator's forked children (S6)
   bool term_reached_worker = false;

@@ -99,7 +99,15 @@ void read_trace(const json& doc, const ScenarioIdentity& id, StepReport& step) {
       belongs = g != f.end() && g->is_number_unsigned() && g->get<unsigned>() == *id.device &&
                 (s.kind == "orphaned_context" || s.kind == "ghost_memory");
     }
-    if (belongs) step.trace_findings.push_back(std::move(s));
+    if (!belongs) continue;
+    step.trace_findings.push_back(std::move(s));
+    // Findings trace grouped under this one (the orphans and hidden holders
+    // that are the holders of its orphaned context): same root cause, kept.
+    for (const auto& r : array_of(f, "related")) {
+      SeenFinding rel = finding_of(r);
+      rel.related = true;
+      step.trace_findings.push_back(std::move(rel));
+    }
   }
 }
 

@@ -178,6 +178,8 @@ std::string comparison_markdown(const std::vector<Measurements>& runs, const std
   });
   md += table_row("kill -9 → orphaned CUDA context", runs,
                   [](const Measurements& m) { return std::to_string(m.orphaned_contexts); });
+  md += table_row("Latent orphaned context (creator alive)", runs,
+                  [](const Measurements& m) { return std::to_string(m.latent_orphaned_contexts); });
   md += table_row("GPU held during deletion", runs, held_for);
   md += table_row("Grace period (as run)", runs,
                   [](const Measurements& m) { return secs(m.grace_s); });
@@ -320,7 +322,7 @@ std::string notes_markdown(const Measurements& m) {
     if (s.trace_exit) {
       tr = "exit " + std::to_string(*s.trace_exit) + (s.pod_named ? "; pod named" : "");
       for (const auto& f : s.trace_findings) {
-        tr += "; " + f.kind + " (" + f.severity + ")" +
+        tr += std::string(f.related ? "; ↳ " : "; ") + f.kind + " (" + f.severity + ")" +
               (f.pid ? " pid " + std::to_string(*f.pid) : std::string());
         if (!f.holders.empty()) tr += " held by " + list_pids(f.holders);
       }

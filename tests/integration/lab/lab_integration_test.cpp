@@ -135,8 +135,13 @@ void expect_scenario_outcomes(const LabRun& r, bool with_variants) {
     EXPECT_NE(std::find(holders.begin(), holders.end(), child), holders.end())
         << child << " in " << holders;
   }
-  for (const char* s : {"S1", "S2", "S3", "S4", "S5"})
+  for (const char* s : {"S1", "S2", "S3", "S4", "S5"}) {
     EXPECT_EQ(m.at(s)["orphaned_contexts"], 0) << s;
+  }
+  // While the creator lived, trace warned that its children share its context.
+  EXPECT_GE(s6["latent_orphaned_contexts"].get<int>(), 1);
+  // The children hold the context without being listed: hidden from nvidia-smi.
+  EXPECT_GE(s6["hidden_holders"].get<int>(), 2);
   // The GiB·s order the fixes buy: S1 wastes the most of the one-worker runs.
   const auto gibs = [&](const char* s) {
     return num(m.at(s)["gpu_gib_seconds_during_termination"]);

@@ -212,7 +212,8 @@ TEST(LabReading, TraceFindingsOfOnePodAmongOthers) {
       {"kind": "zombie", "severity": "warning", "pid": 30, "pids": [30, 31], "gpu": null, "message": "c"},
       {"kind": "orphaned_context", "severity": "critical", "pid": 4, "gpu": 3, "message": "d",
        "holders": [{"pid": 11, "comm": "w", "reason": "holds nvidia3"}]},
-      {"kind": "orphaned_context", "severity": "critical", "pid": 5, "gpu": 0, "message": "e", "holders": []},
+      {"kind": "orphaned_context", "severity": "critical", "pid": 5, "gpu": 0, "message": "e", "holders": [],
+       "related": [{"kind": "hidden_holder", "severity": "warning", "pid": 12, "message": "e1"}]},
       {"kind": "ghost_memory", "severity": "warning", "pid": null, "gpu": 2, "message": "f"}
     ]})");
   // On a shared GPU: its pod's processes, the PIDs seen in its cgroup (4: a
@@ -221,11 +222,15 @@ TEST(LabReading, TraceFindingsOfOnePodAmongOthers) {
   StepReport s;
   read_trace(trace, ScenarioIdentity{"u-1", {11, 31, 5}, std::nullopt}, s);
   EXPECT_TRUE(s.pod_named);
-  ASSERT_EQ(s.trace_findings.size(), 3U);
+  ASSERT_EQ(s.trace_findings.size(), 4U);
   EXPECT_EQ(s.trace_findings[0].message, "a");  // its pod's process
   EXPECT_EQ(s.trace_findings[1].message, "c");  // a zombie of its cgroup (zombies leave the pod)
   EXPECT_EQ(s.trace_findings[2].message, "e");  // its dead creator's context
   EXPECT_EQ(s.trace_findings[2].gpu, 0U);
+  EXPECT_FALSE(s.trace_findings[2].related);
+  EXPECT_EQ(s.trace_findings[3].message, "e1");  // grouped under it by trace: kept, marked
+  EXPECT_TRUE(s.trace_findings[3].related);
+  EXPECT_EQ(s.trace_findings[3].pid, 12);
 
   // With a device of its own, that device's dead listings and ghost memory are its own too.
   StepReport dev;
@@ -292,10 +297,12 @@ TEST(LabReport, ComparisonCarriesEveryRunsNumbers) {
 }
 
 TEST(LabReport, SavingsOfTheFixesAgainstTheUnfixedScenarios) {
-  const std::string md = comparison_markdown(
-      {ran("S1", 30, 60.5), ran("S2", 0.1, 0.25), ran("S3", 20, 40), ran("S4", 0.1, 0.2), ran("S5", 2, 4)});
-  EXPECT_NE(md.find("| held under | GiB·s | wasted vs S4 (0.20 GiB·s) | wasted vs S5 (4.00 GiB·s) |"),
-            std::string::npos)
+  const std::string md =
+      comparison_markdown({ran("S1", 30, 60.5), ran("S2", 0.1, 0.25), ran("S3", 20, 40),
+                           ran("S4", 0.1, 0.2), ran("S5", 2, 4)});
+  EXPECT_NE(
+      md.find("| held under | GiB·s | wasted vs S4 (0.20 GiB·s) | wasted vs S5 (4.00 GiB·s) |"),
+      std::string::npos)
       << md;
   EXPECT_NE(md.find("| S1 | 60.50 | 60.30 | 56.50 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| S3 | 40.00 | 39.80 | 36.00 |"), std::string::npos) << md;
@@ -310,7 +317,8 @@ TEST(LabReport, TenWorkersAreComparedWithThePlans740) {
   EXPECT_NE(md.find("S1-w10 against the plan's 740 GB·s"), std::string::npos) << md;
   EXPECT_NE(md.find("644.25 GB·s"), std::string::npos) << md;  // 600 GiB·s
   // 2 GiB per worker for 30 s of a 30 s grace against the plan's 2.47 GB.
-  EXPECT_NE(md.find("2.15 GB per worker for 30.00 s of a 30.00 s grace, 0.87× the plan's"), std::string::npos)
+  EXPECT_NE(md.find("2.15 GB per worker for 30.00 s of a 30.00 s grace, 0.87× the plan's"),
+            std::string::npos)
       << md;
 }
 
