@@ -244,6 +244,8 @@ class InstanceRun {
     m_.grace_s = ctx_.scale(def_.grace_s);
     if (def_.has_prestop()) m_.prestop_term_wait_s = ctx_.scale(def_.prestop_term_wait_s);
     if (def_.pid1 == Pid1::gpureap_init) m_.init_gpu_grace_s = ctx_.scale(def_.init_gpu_grace_s);
+    if (def_.plan_expected_hold_s >= 0)
+      m_.plan_expected_hold_s = ctx_.scale(def_.plan_expected_hold_s);
     m_.sample_period_s = std::chrono::duration<double>(kSamplePeriod).count();
     m_.pod = pod_name(def_);
     if (inst_.name != def_.id) m_.pod += "-" + inst_.name.substr(def_.id.size() + 1);

@@ -159,6 +159,7 @@ json to_json(const Measurements& m) {
       {"grace_s", m.grace_s},
       {"prestop_term_wait_s", or_null(m.prestop_term_wait_s)},
       {"init_gpu_grace_s", or_null(m.init_gpu_grace_s)},
+      {"plan_expected_hold_s", or_null(m.plan_expected_hold_s)},
       {"not_run", or_null(m.not_run)},
       {"error", or_null(m.error)},
       {"zombies", m.zombies},

@@ -68,6 +68,7 @@ struct Measurements {
   double grace_s = 0;  // as run (scaled)
   std::optional<double> prestop_term_wait_s;
   std::optional<double> init_gpu_grace_s;
+  std::optional<double> plan_expected_hold_s;  // the plan's README (scaled as the run)
 
   unsigned zombies = 0;            // distinct zombies observe saw inside
   unsigned orphans = 0;            // distinct PPID-1 processes observe saw inside

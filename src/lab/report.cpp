@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -210,6 +211,28 @@ std::string comparison_markdown(const std::vector<Measurements>& runs, const std
           " |\n";
   }
 
+  // The plan's README guessed S2–S4 (S1 it measured): how long the GPU stays held.
+  std::string expected;
+  for (const auto& m : runs) {
+    if (!ran(m) || !m.plan_expected_hold_s || m.workers != 1 || m.uid != 0 ||
+        !m.gpu_release_after_delete_s) {
+      continue;
+    }
+    const double want = *m.plan_expected_hold_s;
+    const double got = *m.gpu_release_after_delete_s;
+    const bool as_expected = std::abs(got - want) <= std::max(0.1 * want, 1.0 * m.time_scale);
+    expected += "| " + m.instance + " | " + secs(want) +
+                (m.scenario == "S1" ? " (measured by the plan)" : "") + " | " + secs(got) + " | " +
+                (as_expected ? "as expected" : "**not as expected**: " + m.release_cause) + " |\n";
+  }
+  if (!expected.empty()) {
+    md +=
+        "\n## Against the plan's expectations\n\n"
+        "| scenario | GPU held during deletion, the plan's README | measured | "
+        "|\n|---|---|---|---|\n" +
+        expected;
+  }
+
   // What each fix saves against the unfixed scenarios, per deletion of a one-worker pod.
   const Measurements* s4 = nullptr;
   const Measurements* s5 = nullptr;
@@ -244,6 +267,10 @@ std::string comparison_markdown(const std::vector<Measurements>& runs, const std
       }
       md += "\n";
     }
+    md +=
+        "\nA negative number: that scenario gave the GPU back sooner than the fix, but by SIGKILL, "
+        "without "
+        "the worker's cleanup (see how the memory came back).\n";
   }
 
   // The plan's headline number: ten TERM-ignoring workers, 740 GB·s in a 30 s grace.

@@ -47,6 +47,9 @@ struct ScenarioDef {
   double init_grace_s = 0;         // gpureap-init --grace
   unsigned forked_children = 0;    // Worker::forks_after_init
   unsigned min_gpus = 1;           // runs only where this many GPUs exist
+  // How long the plan's README expected the GPU to be held during the deletion
+  // (S1 measured by the plan, S2–S4 guessed); < 0: no expectation (ours).
+  double plan_expected_hold_s = -1;
   [[nodiscard]] bool has_prestop() const { return prestop_term_wait_s > 0; }
 };
 
@@ -61,7 +64,8 @@ inline constexpr std::array<ScenarioDef, 7> kScenarios{{
      .label = "bash PID 1, TERM ignored",
      .pid1 = Pid1::bash,
      .worker = Worker::ignores_term,
-     .grace_s = 30},
+     .grace_s = 30,
+     .plan_expected_hold_s = 30},
     {.id = "S2",
      .slug = "tini",
      .image = "tini",
@@ -69,7 +73,8 @@ inline constexpr std::array<ScenarioDef, 7> kScenarios{{
      .label = "tini, TERM ignored",
      .pid1 = Pid1::tini,
      .worker = Worker::ignores_term,
-     .grace_s = 30},
+     .grace_s = 30,
+     .plan_expected_hold_s = 30},
     {.id = "S3",
      .slug = "tini-prestop",
      .image = "tini",
@@ -78,7 +83,8 @@ inline constexpr std::array<ScenarioDef, 7> kScenarios{{
      .pid1 = Pid1::tini,
      .worker = Worker::ignores_term,
      .grace_s = 60,
-     .prestop_term_wait_s = 20},
+     .prestop_term_wait_s = 20,
+     .plan_expected_hold_s = 30},
     {.id = "S4",
      .slug = "fullfix",
      .image = "fullfix",
@@ -87,7 +93,8 @@ inline constexpr std::array<ScenarioDef, 7> kScenarios{{
      .pid1 = Pid1::tini,
      .worker = Worker::cleans_up,
      .grace_s = 90,
-     .prestop_term_wait_s = 20},
+     .prestop_term_wait_s = 20,
+     .plan_expected_hold_s = 0},
     {.id = "S5",
      .slug = "gpureap-init",
      .image = "gpureap-init",

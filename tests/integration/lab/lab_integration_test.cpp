@@ -206,6 +206,13 @@ void expect_comparison_matches(const LabRun& r) {
       EXPECT_TRUE(rows.count(inst)) << inst << " has no row in comparison.md";
     }
   }
+  // The plan's guesses against the measurements: S2 is not what it expected.
+  const auto row_of = [&](const std::string& inst) {
+    const auto at = md.find("| " + inst + " | ", md.find("## Against the plan's expectations"));
+    return at == std::string::npos ? std::string() : md.substr(at, md.find('\n', at) - at);
+  };
+  EXPECT_NE(row_of("S1").find("as expected"), std::string::npos) << md;
+  EXPECT_NE(row_of("S2").find("not as expected"), std::string::npos) << md;
   // The plan's Phase 3 table is there, with a column per scenario.
   EXPECT_NE(md.find("## The plan's Phase 3 table, measured"), std::string::npos);
   EXPECT_NE(md.find("| Zombies reaped |"), std::string::npos);

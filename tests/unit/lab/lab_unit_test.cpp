@@ -41,6 +41,12 @@ TEST(LabScenarios, ThePlansValues) {
   EXPECT_EQ(find_scenario("S6")->forked_children, 2U);
   EXPECT_EQ(find_scenario("S7")->min_gpus, 2U);
   EXPECT_EQ(find_scenario("S8"), nullptr);
+  // The plan's README: S1 measured 30 s, S2 and S3 guessed 30 s, S4 guessed 0.
+  EXPECT_EQ(find_scenario("S1")->plan_expected_hold_s, 30);
+  EXPECT_EQ(find_scenario("S2")->plan_expected_hold_s, 30);
+  EXPECT_EQ(find_scenario("S3")->plan_expected_hold_s, 30);
+  EXPECT_EQ(find_scenario("S4")->plan_expected_hold_s, 0);
+  EXPECT_LT(find_scenario("S5")->plan_expected_hold_s, 0);
   // The plan's images: S2 and S3 share "tini".
   EXPECT_EQ(find_scenario("S2")->image, find_scenario("S3")->image);
   EXPECT_EQ(pod_name(*s1), "gpu-zombie-nofix");
@@ -307,6 +313,21 @@ TEST(LabReport, SavingsOfTheFixesAgainstTheUnfixedScenarios) {
   EXPECT_NE(md.find("| S1 | 60.50 | 60.30 | 56.50 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| S3 | 40.00 | 39.80 | 36.00 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| S2 | 0.25 | 0.05 | -3.75 |"), std::string::npos) << md;
+}
+
+TEST(LabReport, MeasuredAgainstThePlansExpectations) {
+  auto s1 = ran("S1", 30.1, 60);
+  s1.plan_expected_hold_s = 30;
+  auto s2 = ran("S2", 0.15, 0.3);
+  s2.plan_expected_hold_s = 30;
+  auto s5 = ran("S5", 2, 4);  // ours: no expectation
+  const std::string md = comparison_markdown({s1, s2, s5});
+  EXPECT_NE(md.find("| S1 | 30.00 s (measured by the plan) | 30.10 s | as expected |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| S2 | 30.00 s | 0.15 s | **not as expected**: because |"), std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("| S5 | "), md.rfind("| S5 | "));  // in the GiB·s table only
 }
 
 TEST(LabReport, TenWorkersAreComparedWithThePlans740) {
