@@ -19,7 +19,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "lab/runtime.hpp"
@@ -137,26 +136,17 @@ std::optional<sys::Error> read_report(int fd, const std::string& what) {
 // CRI annotations (FACTS.md), which trace reads to name the pod. Removed with
 // the container, as containerd removes it.
 sys::Result<std::string> write_task_state(const std::string& node_root, const ContainerSpec& spec) {
-  namespace fs = std::filesystem;
-  const std::string dir =
-      node_root + "/run/containerd/io.containerd.runtime.v2.task/k8s.io/" + spec.container_id;
+  const std::string dir = containerd_task_dir(node_root, spec.container_id);
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  std::filesystem::create_directories(dir, ec);
   if (ec) return sys::Error{ec.value(), "mkdir " + dir + ": " + ec.message()};
   const nlohmann::json config = {
       {"ociVersion", "1.0.2"},
       {"process", {{"args", spec.pid1_argv}, {"env", spec.env}, {"cwd", "/"}}},
       {"hostname", spec.pod},
-      {"annotations",
-       {{"io.kubernetes.cri.container-type", "container"},
-        {"io.kubernetes.cri.sandbox-name", spec.pod},
-        {"io.kubernetes.cri.sandbox-namespace", spec.pod_namespace},
-        {"io.kubernetes.cri.sandbox-uid", spec.pod_uid},
-        {"io.kubernetes.cri.container-name", spec.container_name}}}};
-  std::ofstream out(dir + "/config.json", std::ios::trunc);
-  out << config.dump(2) << "\n";
-  out.flush();
-  if (!out) return sys::Error{EIO, "write " + dir + "/config.json"};
+      {"annotations", cri_annotations(spec)}};
+  if (auto st = write_text_file(dir + "/config.json", config.dump(2) + "\n"); !st)
+    return st.error();
   return dir;
 }
 

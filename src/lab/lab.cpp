@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -182,11 +181,10 @@ std::optional<sys::UniqueFd> kill_verified(const PodCgroup& cgroup, pid_t host, 
   return std::move(*fd);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A file's text, or "" when it cannot be read (a tool that wrote nothing).
+std::string text_of_file(const std::string& path) {
+  auto text = sys::read_file_at(AT_FDCWD, path.c_str(), path);
+  return text ? std::move(*text) : std::string();
 }
 
 class InstanceRun {
@@ -446,7 +444,7 @@ class InstanceRun {
         }
         if (as_json) {
           s.observe_exit = *rc;
-          read_observe(json::parse(slurp(base), nullptr, false), s);
+          read_observe(json::parse(text_of_file(base), nullptr, false), s);
         }
       }
     }
@@ -466,7 +464,7 @@ class InstanceRun {
         if (ctx_.gpu == GpuKind::sim) id.device = device();
         const auto sampled = ctx_.sampler.pids(sid_);
         id.host_pids.insert(sampled.begin(), sampled.end());
-        read_trace(json::parse(slurp(base), nullptr, false), id, s);
+        read_trace(json::parse(text_of_file(base), nullptr, false), id, s);
       }
     }
     unsigned found = 0;
@@ -489,12 +487,6 @@ class InstanceRun {
     auto rc = proc->wait(kToolTimeout);
     if (!rc) return sys::Error{ETIMEDOUT, argv[1] + " ran past its time limit"};
     return *rc;
-  }
-
-  static sys::Result<sys::UniqueFd> open_truncated(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return sys::errno_error(errno, "create " + path);
-    return sys::UniqueFd(fd);
   }
 
   void node_view(const std::string& file) {
@@ -607,14 +599,24 @@ class InstanceRun {
     m_.zombies = static_cast<unsigned>(zombies.size());
     m_.orphans = static_cast<unsigned>(orphans.size());
     if (!container_log_.empty()) {
-      const std::string text = slurp(container_log_);
+      const std::string text = text_of_file(container_log_);
       m_.init_escalated =
           def_.pid1 == Pid1::gpureap_init && text.find("escalated: SIGKILL") != std::string::npos;
-      std::ofstream(dir_ + "/container.log") << text;
+      keep(write_text_file(dir_ + "/container.log", text));
     }
     if (!m_.not_run && !m_.error) m_.release_cause = release_cause(m_);
-    std::ofstream(dir_ + "/measurements.json") << to_json(m_).dump(2) << "\n";
-    std::ofstream(dir_ + "/notes.md") << notes_markdown(m_);
+    keep(write_text_file(dir_ + "/notes.md", notes_markdown(m_)));
+    // Last, so it says whether anything of this scenario could not be written.
+    if (auto st = write_text_file(dir_ + "/measurements.json", to_json(m_).dump(2) + "\n"); !st) {
+      m_.error = st.error().message;
+      say("could not write its results: " + st.error().message);
+    }
+  }
+
+  // A file of the results that could not be written makes the scenario one the
+  // lab could not run (exit 2): nothing is lost silently.
+  void keep(const sys::Status& st) {
+    if (!st && !m_.error) m_.error = st.error().message;
   }
 
   LabContext& ctx_;
@@ -745,6 +747,10 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
   needs.dynamic_worker = gpu == GpuKind::nvml && !torch;
   auto tools = Toolbox::find(needs);
   if (!tools) return fail(tools.error().message);
+  // Every refusal above writes nothing; from here on the run has a place to write.
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) return fail("cannot create " + options.out_dir + ": " + ec.message());
   auto node = LabNode::create();
   if (!node) return fail(node.error().message);
   if (gpu == GpuKind::sim) {
@@ -775,9 +781,6 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
   } else {
     runtime = make_builtin_runtime(*hierarchy, (*node)->root());
   }
-  std::error_code ec;
-  fs::create_directories(options.out_dir, ec);
-  if (ec) return fail("cannot create " + options.out_dir + ": " + ec.message());
 
   std::vector<std::string> names;
   for (const auto& d : first->devices) names.push_back(d.name);
@@ -846,8 +849,9 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
   const std::string when = fmt::format("Measured {} on {} (kernel {}), {:.1f} s wall.", finished,
                                        host.nodename, host.release, seconds_since(t_lab));
   const std::string comparison = comparison_markdown(results, when);
-  std::ofstream(options.out_dir + "/comparison.md") << comparison;
-  std::ofstream(options.out_dir + "/timeline.svg") << timeline_svg(results);
+  std::vector<sys::Status> written = {
+      write_text_file(options.out_dir + "/comparison.md", comparison),
+      write_text_file(options.out_dir + "/timeline.svg", timeline_svg(results))};
   {
     json run = {{"finished_at", finished},
                 {"wall_s", std::round(seconds_since(t_lab) * 10.0) / 10.0},
@@ -868,7 +872,7 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
                 {"leftovers", leftovers},
                 {"instances", json::array()}};
     for (const auto& m : results) run["instances"].push_back(m.instance);
-    std::ofstream(options.out_dir + "/run.json") << run.dump(2) << "\n";
+    written.push_back(write_text_file(options.out_dir + "/run.json", run.dump(2) + "\n"));
   }
   fmt::print(out,
              "{}\nResults: {}/ (comparison.md, timeline.svg, <scenario>/notes.md, "
@@ -877,6 +881,11 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
   (void)std::fflush(out);
   bool all_ran = !cancelled;
   for (const auto& m : results) all_ran = all_ran && !m.error;
+  for (const auto& st : written) {
+    if (st) continue;
+    progress.line("lab", "could not write " + st.error().message);
+    all_ran = false;
+  }
   progress.line("lab", std::string("done in ") + seconds_text(seconds_since(t_lab)) + " s" +
                            (all_ran ? "" : ": some scenarios could not run (see their notes.md)"));
   return all_ran ? kLabExitOk : kLabExitCouldNotRun;

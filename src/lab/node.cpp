@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "gpu/sim_client.hpp"
 #include "lab/ids.hpp"
@@ -129,11 +128,7 @@ sys::Status LabNode::init_sim(unsigned devices) const {
 
 sys::Status LabNode::write_python() const {
   for (const auto& src : python_sources()) {
-    const std::string path = python_dir() + "/" + src.name;
-    std::ofstream out(path, std::ios::trunc);
-    out << src.text;
-    out.flush();
-    if (!out) return sys::Error{EIO, "write " + path};
+    if (auto st = write_text_file(python_dir() + "/" + src.name, src.text); !st) return st;
   }
   return sys::Ok{};
 }
@@ -145,7 +140,7 @@ sys::Result<std::string> LabNode::pod_log(const ContainerSpec& spec) const {
   fs::create_directories(dir, ec);
   if (ec) return sys::Error{ec.value(), "mkdir " + dir + ": " + ec.message()};
   const std::string log = dir + "/0.log";
-  std::ofstream(log, std::ios::app).flush();
+  if (auto fd = open_log(log); !fd) return fd.error();
   const std::string link = root_ + "/var/log/containers/" + spec.pod + "_" + spec.pod_namespace +
                            "_" + spec.container_name + "-" + spec.container_id + ".log";
   // The kubelet's link names the host's path (read as text, never followed).

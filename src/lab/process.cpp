@@ -134,14 +134,9 @@ sys::Result<Spawned> spawn(const std::vector<std::string>& argv,
 sys::Result<int> run_to_files(const std::vector<std::string>& argv,
                               const std::vector<std::string>& env, const std::string& stdout_path,
                               const std::string& stderr_path, Clock::duration timeout) {
-  auto open_out = [](const std::string& path) -> sys::Result<sys::UniqueFd> {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return sys::errno_error(errno, "create " + path);
-    return sys::UniqueFd(fd);
-  };
-  auto out = open_out(stdout_path);
+  auto out = open_truncated(stdout_path);
   if (!out) return out.error();
-  auto err = open_out(stderr_path);
+  auto err = open_truncated(stderr_path);
   if (!err) return err.error();
   auto proc = spawn(argv, env, out->get(), err->get());
   if (!proc) return proc.error();
@@ -190,6 +185,24 @@ std::optional<std::string> find_program(const std::string& name,
     if (executable(candidate)) return candidate;
   }
   return std::nullopt;
+}
+
+sys::Result<sys::UniqueFd> open_truncated(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return sys::errno_error(errno, "create " + path);
+  return sys::UniqueFd(fd);
+}
+
+sys::Status write_text_file(const std::string& path, std::string_view text) {
+  auto fd = open_truncated(path);
+  if (!fd) return fd.error();
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd->get(), text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return sys::errno_error(errno, "write " + path);
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return sys::Ok{};
 }
 
 sys::Result<sys::UniqueFd> open_log(const std::string& path) {

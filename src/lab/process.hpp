@@ -9,6 +9,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sys/error.hpp"
@@ -67,5 +68,9 @@ std::optional<std::string> find_program(const std::string& name,
 
 // Opens (O_CLOEXEC) for appending, creating it 0644.
 sys::Result<sys::UniqueFd> open_log(const std::string& path);
+// Opens (O_CLOEXEC) for writing from scratch, creating it 0644.
+sys::Result<sys::UniqueFd> open_truncated(const std::string& path);
+// Replaces `path`'s content with `text`; the error names the file.
+sys::Status write_text_file(const std::string& path, std::string_view text);
 
 }  // namespace gpureap::lab

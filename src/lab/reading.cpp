@@ -14,11 +14,6 @@ std::optional<pid_t> pid_of(const json& j, const char* key) {
   return it->get<pid_t>();
 }
 
-std::string text_of(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 const json& array_of(const json& j, const char* key) {
   static const json kEmpty = json::array();
   auto it = j.find(key);
@@ -27,10 +22,10 @@ const json& array_of(const json& j, const char* key) {
 
 SeenFinding finding_of(const json& f) {
   SeenFinding s;
-  s.kind = text_of(f, "kind");
-  s.severity = text_of(f, "severity");
+  s.kind = text_field(f, "kind");
+  s.severity = text_field(f, "severity");
   s.pid = pid_of(f, "pid");
-  s.message = text_of(f, "message");
+  s.message = text_field(f, "message");
   if (auto g = f.find("gpu"); g != f.end() && g->is_number_unsigned()) s.gpu = g->get<unsigned>();
   for (const auto& h : array_of(f, "holders")) {
     if (auto p = pid_of(h, "pid")) s.holders.push_back(*p);
@@ -45,10 +40,15 @@ std::string joined_cmdline(const json& p) {
     if (!out.empty()) out += ' ';
     out += a.get<std::string>();
   }
-  return out.empty() ? text_of(p, "comm") : out;
+  return out.empty() ? text_field(p, "comm") : out;
 }
 
 }  // namespace
+
+std::string text_field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
 
 void read_observe(const json& doc, StepReport& step) {
   if (!doc.is_object()) return;
@@ -78,9 +78,9 @@ void read_trace(const json& doc, const ScenarioIdentity& id, StepReport& step) {
   std::set<pid_t> mine = id.host_pids;
   for (const auto& p : array_of(doc, "processes")) {
     auto pod = p.find("pod");
-    if (pod == p.end() || !pod->is_object() || text_of(*pod, "uid") != id.pod_uid) continue;
+    if (pod == p.end() || !pod->is_object() || text_field(*pod, "uid") != id.pod_uid) continue;
     if (auto pid = pid_of(p, "pid")) mine.insert(*pid);
-    step.pod_named = step.pod_named || !text_of(*pod, "name").empty();
+    step.pod_named = step.pod_named || !text_field(*pod, "name").empty();
   }
   auto ours = [&](const std::optional<pid_t>& p) { return p && mine.count(*p) != 0; };
   for (const auto& f : array_of(doc, "findings")) {

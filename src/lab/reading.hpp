@@ -21,6 +21,10 @@ struct ScenarioIdentity {
   std::optional<unsigned> device;  // a device of its own (the simulated GPU)
 };
 
+// A string member of a JSON object, or "" (a line that merely looks like one
+// of ours, or a field of another type, never throws).
+std::string text_field(const nlohmann::json& j, const char* key);
+
 // Fills the observe part of `step` (PID 1, zombies, orphans, dead listings, findings).
 void read_observe(const nlohmann::json& doc, StepReport& step);
 

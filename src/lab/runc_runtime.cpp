@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "lab/runtime.hpp"
@@ -35,14 +34,6 @@ json default_capabilities() {
           "CAP_MKNOD",   "CAP_NET_RAW",      "CAP_SETGID",           "CAP_SETUID",
           "CAP_SETFCAP", "CAP_SETPCAP",      "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
           "CAP_KILL",    "CAP_AUDIT_WRITE"};
-}
-
-sys::Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.flush();
-  if (!out) return sys::Error{EIO, "write " + path};
-  return sys::Ok{};
 }
 
 class RuncContainer final : public Container {
@@ -136,8 +127,7 @@ class RuncRuntime final : public Runtime {
   [[nodiscard]] std::string_view name() const override { return "runc"; }
 
   sys::Result<std::unique_ptr<Container>> start(const ContainerSpec& spec) override {
-    const std::string bundle =
-        node_root_ + "/run/containerd/io.containerd.runtime.v2.task/k8s.io/" + spec.container_id;
+    const std::string bundle = containerd_task_dir(node_root_, spec.container_id);
     const std::string rootfs = bundle + "/rootfs";
     const std::string state_root = node_root_ + "/run/runc";
     std::error_code ec;
@@ -174,12 +164,7 @@ class RuncRuntime final : public Runtime {
           {"noNewPrivileges", false}}},
         {"root", {{"path", "rootfs"}, {"readonly", true}}},
         {"hostname", spec.pod},
-        {"annotations",
-         {{"io.kubernetes.cri.container-type", "container"},
-          {"io.kubernetes.cri.sandbox-name", spec.pod},
-          {"io.kubernetes.cri.sandbox-namespace", spec.pod_namespace},
-          {"io.kubernetes.cri.sandbox-uid", spec.pod_uid},
-          {"io.kubernetes.cri.container-name", spec.container_name}}},
+        {"annotations", cri_annotations(spec)},
         {"linux",
          {{"cgroupsPath", cgroup_path},
           {"namespaces",
@@ -208,7 +193,7 @@ class RuncRuntime final : public Runtime {
       bind(h.path, h.writable);
     }
     config["mounts"] = std::move(mounts);
-    if (auto st = write_text(bundle + "/config.json", config.dump(2)); !st) return st.error();
+    if (auto st = write_text_file(bundle + "/config.json", config.dump(2)); !st) return st.error();
 
     auto log = open_log(spec.log_path);
     if (!log) return log.error();

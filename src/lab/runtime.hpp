@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,6 +79,12 @@ class Runtime {
   [[nodiscard]] virtual std::string_view name() const = 0;
   virtual sys::Result<std::unique_ptr<Container>> start(const ContainerSpec& spec) = 0;
 };
+
+// Where containerd keeps a k8s.io task's bundle under a node root (FACTS.md):
+// trace reads the CRI annotations of its config.json to name the pod.
+std::string containerd_task_dir(const std::string& node_root, const std::string& container_id);
+// The CRI annotations containerd writes into a container's spec.
+nlohmann::json cri_annotations(const ContainerSpec& spec);
 
 // New PID, mount, UTS and IPC namespaces with the container's own /proc, the
 // host's filesystem otherwise, in a systemd-driver kubelet cgroup; the task's

@@ -6,18 +6,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "lab/reading.hpp"
+
 namespace gpureap::lab {
 
 namespace {
 
 std::string bytes_text(std::uint64_t b) {
   return std::to_string(b);
-}
-
-// A string member, or "" (a line that merely looks like ours never throws).
-std::string text_field(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 // The plan's worker holds 8 tensors of 256 MiB (2 GiB); the torch programs

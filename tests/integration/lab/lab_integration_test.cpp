@@ -321,6 +321,11 @@ TEST_F(LabIntegration, BadOptionsExitTwoAndNameTheValue) {
       {kGpureap, "lab", "--workload", "torch", "--gpu", "sim", "--out", tmp_ / "x"});
   EXPECT_EQ(torch_on_sim.exit_code, 2);
   EXPECT_NE(torch_on_sim.err.find("--workload torch"), std::string::npos) << torch_on_sim.err;
+  // An output directory that cannot be made: the lab says which and runs nothing.
+  gpureap::testing::write_file(tmp_ / "a-file", "");
+  auto bad_out = gpureap::testing::run({kGpureap, "lab", "--quick", "--out", tmp_ / "a-file/lab"});
+  EXPECT_EQ(bad_out.exit_code, 2);
+  EXPECT_NE(bad_out.err.find(tmp_ / "a-file/lab"), std::string::npos) << bad_out.err;
   auto bad_runtime =
       gpureap::testing::run({kGpureap, "lab", "--runtime", "docker", "--out", tmp_ / "x"});
   EXPECT_EQ(bad_runtime.exit_code, 2);
