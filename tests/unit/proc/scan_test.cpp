@@ -309,6 +309,14 @@ Child spawn_fdless(Pipes& pipes) {
   }
   Child child(pid);
   if (pid > 0 && !pipes.wait_ready()) child.reap();
+  // Ready comes before its close_range: wait until the descriptors are gone
+  // too (on a loaded machine a scan could otherwise still see them).
+  const fs::path fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (int i = 0; child.started() && i < 2000; ++i) {
+    std::error_code ec;
+    if (fs::directory_iterator(fds, ec) == fs::directory_iterator() && !ec) break;
+    ::usleep(1000);
+  }
   return child;
 }
 
