@@ -277,6 +277,8 @@ void read_kernel_tasks(int tasks_prog, std::uint64_t ns_per_tick, KernelFdTable&
     table.tasks_note = iter.error().message;
     return;
   }
+  // About one leader per process the descriptor pass saw, some without descriptors.
+  table.tasks.reserve(table.processes.size() + table.processes.size() / 4 + 64);
   auto ran =
       read_iterator(iter->get(), sizeof(TaskRecord), "BPF task iterator", [&](const char* bytes) {
         TaskRecord r{};
