@@ -9,8 +9,9 @@
 // which open file description each refers to.
 // A second program, a task iterator, gives per process what /proc/PID/status
 // and /proc/PID/stat would (real uid, NSpid; parent, group, session, state,
-// comm, start), so the scan reads two files less per process; it is best
-// effort (KernelFdTable::tasks_note says why it is missing).
+// comm, start), so the scan reads two files less per process, and its
+// css_set, so /proc/PID/cgroup is read once per css_set; it is best effort
+// (KernelFdTable::tasks_note says why it is missing).
 //
 // It answers only for the live kernel seen from its initial PID namespace:
 // any doubt (no BTF, no iterator, no privilege, a host root whose /proc
