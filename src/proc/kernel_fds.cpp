@@ -29,8 +29,17 @@ constexpr ino_t kInitPidNamespaceInode = 0xEFFFFFFCU;  // include/linux/proc_ns.
 using Record = gpureap_fd_record;
 using TaskRecord = gpureap_task_record;
 static_assert(sizeof(Record) == 48);
-static_assert(sizeof(TaskRecord) == 96);
+static_assert(sizeof(TaskRecord) == 104);
 constexpr unsigned kMaxNsLevels = GPUREAP_MAX_NS_LEVELS;
+constexpr std::uint32_t kPfExiting = 0x4;  // include/linux/sched.h: PF_EXITING
+
+// The css_set that speaks for a task's /proc/PID/cgroup, or 0. That file is
+// the css_set's cgroups, but for an exiting task (a zombie, or a leader
+// whose threads live on) the kernel shows "/" on every v1 hierarchy
+// (proc_cgroup_show): those read their own file.
+std::uint64_t shareable_css_set(const TaskRecord& r) {
+  return r.stat_ok == 1 && (r.flags & kPfExiting) == 0 ? r.css_set : 0;
+}
 
 long bpf(int cmd, bpf_attr& attr) {
   return ::syscall(SYS_bpf, cmd, &attr, sizeof attr);
@@ -268,6 +277,8 @@ void read_kernel_tasks(int tasks_prog, std::uint64_t ns_per_tick, KernelFdTable&
     table.tasks_note = iter.error().message;
     return;
   }
+  // About one leader per process the descriptor pass saw, some without descriptors.
+  table.tasks.reserve(table.processes.size() + table.processes.size() / 4 + 64);
   auto ran =
       read_iterator(iter->get(), sizeof(TaskRecord), "BPF task iterator", [&](const char* bytes) {
         TaskRecord r{};
@@ -282,6 +293,7 @@ void read_kernel_tasks(int tasks_prog, std::uint64_t ns_per_tick, KernelFdTable&
         t.tgid = static_cast<pid_t>(r.tgid);
         t.uid = static_cast<uid_t>(r.uid);
         t.start_ticks = r.start_ns / ns_per_tick;
+        t.css_set = shareable_css_set(r);
         t.levels = static_cast<std::uint8_t>(r.level + 1);
         for (unsigned i = 0; i < t.levels; ++i) t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
         if (r.stat_ok == 1 && r.comm[0] != '\0') {
@@ -378,6 +390,22 @@ std::string kernel_match_gap(const DeviceMatcher& devices) {
   return {};
 }
 
+sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const KernelFdTable& table) {
+  if (!table.tasks_program) return sys::Error{ENOENT, "no BPF task program"};
+  auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator");
+  if (!iter) return iter.error();
+  std::vector<std::pair<pid_t, std::uint64_t>> ids;
+  ids.reserve(table.tasks.size() + 64);
+  auto ran = read_iterator(iter->get(), sizeof(TaskRecord), "BPF task iterator", [&](const char* bytes) {
+    TaskRecord r{};
+    std::memcpy(&r, bytes, sizeof r);
+    ids.emplace_back(static_cast<pid_t>(r.tgid), shareable_css_set(r));
+  });
+  if (!ran) return ran.error();
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
                                            const DeviceMatcher& devices) {
   if (auto gap = kernel_match_gap(devices); !gap.empty()) return sys::Error{EINVAL, gap};
@@ -425,6 +453,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
   }
   table.processes = agg.finish();
   read_kernel_tasks(started->programs.tasks.get(), ns_per_tick, table);
+  if (!table.tasks.empty()) table.tasks_program = std::move(started->programs.tasks);
   return table;
 }
 

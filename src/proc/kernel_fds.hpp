@@ -9,8 +9,9 @@
 // which open file description each refers to.
 // A second program, a task iterator, gives per process what /proc/PID/status
 // and /proc/PID/stat would (real uid, NSpid; parent, group, session, state,
-// comm, start), so the scan reads two files less per process; it is best
-// effort (KernelFdTable::tasks_note says why it is missing).
+// comm, start), so the scan reads two files less per process, and its
+// css_set, so /proc/PID/cgroup is read once per css_set; it is best effort
+// (KernelFdTable::tasks_note says why it is missing).
 //
 // It answers only for the live kernel seen from its initial PID namespace:
 // any doubt (no BTF, no iterator, no privilege, a host root whose /proc
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proc/device_matcher.hpp"
@@ -31,6 +33,7 @@
 #include "proc/process.hpp"
 #include "sys/error.hpp"
 #include "sys/host_root.hpp"
+#include "sys/unique_fd.hpp"
 
 namespace gpureap::proc {
 
@@ -57,6 +60,12 @@ struct KernelTask {
   // What /proc/PID/stat would give, as the kernel's do_task_stat computes it
   // for the initial PID namespace; unset when this kernel's BTF lacks a member.
   std::optional<StatInfo> stat;
+  // Its css_set (task->cgroups), 0 when unread or the task is exiting: the
+  // kernel's one object per combination of cgroups on every hierarchy, v1 and
+  // v2. Live processes that share it have the same /proc/PID/cgroup (an
+  // exiting one shows "/" on v1 hierarchies), so the scan reads that file
+  // once per css_set (proc/scan.cpp). Opaque, only compared: a kernel address.
+  std::uint64_t css_set = 0;
 };
 
 // The state letter /proc/PID/stat shows for a task's __state and exit_state
@@ -73,6 +82,9 @@ struct KernelFdTable {
   // not run (then tasks_note says why, and status is read from /proc).
   std::vector<KernelTask> tasks;
   std::string tasks_note;
+
+  // The task program, kept to run again after the scan (kernel_css_sets).
+  sys::UniqueFd tasks_program;
 
   std::string loader;       // "light_skeleton" or "libbpf_skeleton"
   std::string loader_note;  // why the light skeleton was passed over; empty when it answered
@@ -103,6 +115,11 @@ KernelFdMatch match_kernel_fd(const DeviceMatcher& devices, const KernelFdRecord
 // Whether the matcher can be answered by inode identity alone: every node has
 // an rdev or a file identity. Empty string when it can, else why not.
 std::string kernel_match_gap(const DeviceMatcher& devices);
+
+// Runs the task iterator again: each thread-group leader's css_set now (as
+// KernelTask::css_set: 0 when exiting), sorted by tgid. The scan checks with it that a process whose
+// /proc/PID/cgroup spoke for its whole cgroup was still in it after the read.
+sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const KernelFdTable& table);
 
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices);
 

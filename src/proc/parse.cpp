@@ -278,6 +278,10 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text) {
 
 std::vector<std::string> parse_cmdline(std::string_view text) {
   std::vector<std::string> out;
+  // One allocation for the vector, not a regrowth per argument: this runs
+  // once per process of the node.
+  const auto nuls = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\0'));
+  out.reserve(nuls + (text.empty() || text.back() == '\0' ? 0 : 1));
   std::size_t pos = 0;
   while (pos < text.size()) {
     std::size_t nul = text.find('\0', pos);

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
@@ -100,6 +101,16 @@ struct Reader {
   std::vector<unsigned> node_counts;               // per matcher node, for the current process
   std::vector<std::pair<dev_t, unsigned>> by_major;  // devices known only by their major
   bool need_stat = false;  // some node has an rdev, or majors are given
+  char path_buf[64] = {};
+
+  // One /proc/PID/cgroup read per css_set the task iterator gave (take_cgroups).
+  struct CgroupSeen {
+    std::uint64_t css_set = 0;
+    pid_t representative = 0;  // whose file it was: scan_processes checks it stayed
+    std::vector<CgroupLine> lines;
+  };
+  std::vector<CgroupSeen> cgroups_seen;
+  std::uint64_t shared_cgroup = 0;  // after read(): the css_set whose lines it took, 0: its own file
 
   Reader(const sys::HostRoot& r, const ScanOptions& o) : root(r), options(o) {
     if (o.devices != nullptr) {
@@ -109,9 +120,10 @@ struct Reader {
   }
 
   // Reads `name` under dir_fd into `text`. Returns 0 or errno. `short_is_eof`:
-  // stat, status and cgroup are single seq_file records and cmdline's reader
-  // loops until the buffer is full, so a short read there is the end and the
-  // final empty read(2) can be saved (this runs 4x per process).
+  // stat, status and cgroup are single seq_file records and the readers of
+  // cmdline and environ loop until the buffer is full (or the memory cannot
+  // be read, which the next read would hit again), so a short read there is
+  // the end and the final empty read(2) can be saved.
   int read_into(int dir_fd, const char* name, bool short_is_eof = false) {
     int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errno;
@@ -219,25 +231,68 @@ struct Reader {
   // The iterator's counts where it saw this very process (same start time);
   // else the /proc walk: a process it missed is new since, a reused pid, one
   // without descriptors (3 syscalls to confirm), or one hidden from it.
+  [[nodiscard]] KernelFdSummary* kernel_fds_of(const Process& p) const {
+    if (kernel == nullptr) return nullptr;
+    KernelFdSummary* k = kernel->find(p.pid);
+    if (k != nullptr && (k->start_ticks == p.start_time || k->start_ticks == 0) &&
+        p.start_time < kernel->started_ticks) {
+      return k;
+    }
+    return nullptr;
+  }
+
   void take_fds(int pid_fd, Process& p) {
-    if (kernel != nullptr) {
-      KernelFdSummary* k = kernel->find(p.pid);
-      if (k != nullptr && (k->start_ticks == p.start_time || k->start_ticks == 0) &&
-          p.start_time < kernel->started_ticks) {
-        p.fd_count = k->fd_count;
-        p.fds_readable = true;
-        p.gpu_fds = std::move(k->gpu_fds);
-        p.gpu_files = std::move(k->gpu_files);
-        p.gpu_fd_numbers = std::move(k->gpu_fd_numbers);
-        return;
-      }
+    if (KernelFdSummary* k = kernel_fds_of(p)) {
+      p.fd_count = k->fd_count;
+      p.fds_readable = true;
+      p.gpu_fds = std::move(k->gpu_fds);
+      p.gpu_files = std::move(k->gpu_files);
+      p.gpu_fd_numbers = std::move(k->gpu_fd_numbers);
+      return;
     }
     scan_fds(pid_fd, p);
   }
 
+  // /proc/PID/cgroup, or what the read for another process with the same
+  // css_set gave. The file is a function of the task's css_set (its cgroup on
+  // every hierarchy, v1 and v2) and of the reader (its cgroup namespace, the
+  // hierarchies mounted): one read per css_set the task iterator gave, not
+  // one per process. `name` is relative to `dir_fd`.
+  void take_cgroups(int dir_fd, const char* name, const KernelTask* task, Process& p) {
+    const std::uint64_t cset = task != nullptr && task->start_ticks == p.start_time ? task->css_set : 0;
+    if (cset != 0) {
+      for (const auto& e : cgroups_seen) {
+        if (e.css_set != cset) continue;
+        p.cgroups = e.lines;
+        shared_cgroup = cset;
+        return;
+      }
+    }
+    if (read_into(dir_fd, name, true) != 0) return;
+    p.cgroups = distinct_cgroup_paths(parse_cgroup(text));
+    if (cset != 0) cgroups_seen.push_back(CgroupSeen{cset, p.pid, p.cgroups});
+  }
+
+  // "proc/PID/NAME" under the host root, for reads without the pid directory's fd.
+  const char* proc_path(pid_t pid, const char* name) {
+    std::snprintf(path_buf, sizeof path_buf, "proc/%d/%s", pid, name);
+    return path_buf;
+  }
+
+  // The environment is asked for to group GPU users (torch.distributed
+  // ranks): read it only where descriptors show a GPU user, or could not be
+  // read — 3 syscalls saved on every other process.
+  [[nodiscard]] bool env_wanted(const Process& p) const {
+    return !options.env_keys.empty() && (!options.read_fds || !p.fds_readable || !p.gpu_fds.empty());
+  }
+
   Outcome read(pid_t pid, Process& p, std::string* why) {
+    shared_cgroup = 0;
     char path[32];
     if (std::snprintf(path, sizeof path, "proc/%d", pid) <= 0) return Outcome::malformed;
+    const KernelTask* task = kernel != nullptr ? kernel->find_task(pid) : nullptr;
+    if (task != nullptr && task->stat) return read_known(pid, *task, p, why);
+
     // Every file is opened relative to this one directory fd, not by path:
     // the fd stays bound to this process, so if the pid is reused mid-read
     // the opens fail (ENOENT) instead of mixing two processes in one entry.
@@ -250,27 +305,17 @@ struct Reader {
     }
     sys::UniqueFd pid_fd(pfd);
 
-    const KernelTask* task = kernel != nullptr ? kernel->find_task(pid) : nullptr;
-    StatInfo st;
-    if (task != nullptr && task->stat) {
-      // The task iterator read what stat holds moments ago (3 syscalls saved
-      // per process). Identity is then the kernel's pid and start time: the
-      // directory opened since is the same process unless the PID space
-      // wrapped in between. Acting on a process re-checks it (pidfd).
-      st = *task->stat;
-    } else {
-      // stat first: it carries the start time that identifies this process.
-      if (int err = read_into(pfd, "stat", true); err != 0) {
-        if (why != nullptr) *why = std::string("read ") + path + "/stat: " + std::strerror(err);
-        return classify_errno(err);
-      }
-      auto parsed = parse_stat(text);
-      if (!parsed || parsed->pid != pid) {
-        if (why != nullptr) *why = std::string("unparsable ") + path + "/stat";
-        return gone_or_malformed(pfd);
-      }
-      st = std::move(*parsed);
+    // stat first: it carries the start time that identifies this process.
+    if (int err = read_into(pfd, "stat", true); err != 0) {
+      if (why != nullptr) *why = std::string("read ") + path + "/stat: " + std::strerror(err);
+      return classify_errno(err);
     }
+    auto parsed = parse_stat(text);
+    if (!parsed || parsed->pid != pid) {
+      if (why != nullptr) *why = std::string("unparsable ") + path + "/stat";
+      return gone_or_malformed(pfd);
+    }
+    StatInfo st = std::move(*parsed);
     p.pid = pid;
     p.ppid = st.ppid;
     p.pgrp = st.pgrp;
@@ -304,21 +349,66 @@ struct Reader {
     // Kernel threads have no argv, environment or descriptors: skip 6 syscalls
     // each (a 128-CPU GPU node runs over a thousand of them).
     if (st.kernel_thread()) {
-      if (read_into(pfd, "cgroup", true) == 0) p.cgroups = distinct_cgroup_paths(parse_cgroup(text));
+      take_cgroups(pfd, "cgroup", task, p);
       p.fds_readable = options.read_fds;
       return Outcome::ok;
     }
     // The rest is best effort: a zombie has no cmdline, environ may be denied.
     if (read_into(pfd, "cmdline", true) == 0) p.cmdline = parse_cmdline(text);
-    if (read_into(pfd, "cgroup", true) == 0) p.cgroups = distinct_cgroup_paths(parse_cgroup(text));
+    take_cgroups(pfd, "cgroup", task, p);
     if (options.read_fds) take_fds(pfd, p);
-    // The environment is asked for to group GPU users (torch.distributed
-    // ranks): read it only where descriptors show a GPU user, or could not be
-    // read — 3 syscalls saved on every other process.
-    const bool env_wanted = !options.read_fds || !p.fds_readable || !p.gpu_fds.empty();
-    if (!options.env_keys.empty() && env_wanted && read_into(pfd, "environ") == 0) {
-      p.env = parse_environ(text, options.env_keys);
+    if (env_wanted(p) && read_into(pfd, "environ", true) == 0) p.env = parse_environ(text, options.env_keys);
+    return Outcome::ok;
+  }
+
+  // A user process the task iterator described (what stat and status hold,
+  // as the kernel computes them, moments ago): identity is then the kernel's
+  // pid and start time, and acting on a process re-checks it (pidfd). What is
+  // left is cmdline, the cgroup where no process of its css_set was read yet,
+  // and for a GPU user its environment. Where the descriptor iterator saw it
+  // too, these files are opened by path, with no directory fd (2 syscalls
+  // saved per process): the same process unless the PID space wrapped since
+  // the iterator ran, which the fields above already assume. A process that
+  // iterator missed has its fd directory walked through a directory fd.
+  Outcome read_known(pid_t pid, const KernelTask& task, Process& p, std::string* why) {
+    StatInfo st = *task.stat;
+    p.pid = pid;
+    p.tgid = pid;
+    p.ppid = st.ppid;
+    p.pgrp = st.pgrp;
+    p.session = st.session;
+    p.state = st.state;
+    p.start_time = st.start_time;
+    p.comm = std::move(st.comm);
+    p.uid = task.uid;
+    p.nspid.assign(task.nspid.begin(), task.nspid.begin() + task.levels);
+
+    int pfd = -1;
+    sys::UniqueFd pid_fd;
+    if (options.read_fds && kernel_fds_of(p) == nullptr) {
+      char path[32];
+      std::snprintf(path, sizeof path, "proc/%d", pid);
+      pfd = ::openat(root.dir_fd(), path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (pfd < 0) {
+        int err = errno;
+        if (why != nullptr) *why = std::string("open ") + path + ": " + std::strerror(err);
+        return classify_errno(err);
+      }
+      pid_fd = sys::UniqueFd(pfd);
     }
+    auto at = [&](const char* name) { return pfd >= 0 ? name : proc_path(pid, name); };
+    const int dir = pfd >= 0 ? pfd : root.dir_fd();
+
+    // Best effort, as in read(); but a cmdline gone by path is the process gone.
+    if (int err = read_into(dir, at("cmdline"), true); err == 0) {
+      p.cmdline = parse_cmdline(text);
+    } else if (pfd < 0 && classify_errno(err) == Outcome::vanished) {
+      if (why != nullptr) *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
+      return Outcome::vanished;
+    }
+    take_cgroups(dir, at("cgroup"), &task, p);
+    if (options.read_fds) take_fds(pfd, p);
+    if (env_wanted(p) && read_into(dir, at("environ"), true) == 0) p.env = parse_environ(text, options.env_keys);
     return Outcome::ok;
   }
 };
@@ -332,23 +422,63 @@ void count(ScanStats& stats, Outcome o) {
   }
 }
 
+// What one worker leaves for the cgroup check: whose file spoke for which
+// css_set (per slot, the css_set whose lines it took, 0: its own file).
+using CgroupsSeen = std::vector<std::pair<pid_t, std::uint64_t>>;
+
 // Workers claim chunks of pids and write each process into its own slot:
 // the table is built in pid order in place, with no per-worker vectors to
 // grow and merge (a second copy of the table at the peak).
 void scan_some(const sys::HostRoot& root, const ScanOptions& options, KernelFdTable* kernel,
                const std::vector<pid_t>& pids, std::atomic<std::size_t>& next, std::vector<Process>& slots,
-               std::vector<Outcome>& outcomes) {
+               std::vector<Outcome>& outcomes, std::vector<std::uint64_t>& shared, CgroupsSeen& seen) {
   Reader reader(root, options);
   reader.kernel = kernel;
   constexpr std::size_t kChunk = 32;  // small enough to balance, large enough to keep the atomic cold
   for (;;) {
     std::size_t begin = next.fetch_add(kChunk, std::memory_order_relaxed);
-    if (begin >= pids.size()) return;
+    if (begin >= pids.size()) break;
     std::size_t end = std::min(begin + kChunk, pids.size());
     for (std::size_t i = begin; i < end; ++i) {
       outcomes[i] = reader.read(pids[i], slots[i], nullptr);
+      shared[i] = reader.shared_cgroup;
       if (outcomes[i] != Outcome::ok) slots[i] = Process{};  // drop what a failed read left
     }
+  }
+  for (const auto& e : reader.cgroups_seen) seen.emplace_back(e.representative, e.css_set);
+}
+
+// Lines taken from another process's file hold where both stayed in the one
+// css_set from the task iterator until that read: then the css_set was one
+// object throughout, its cgroups fixed. Either may have moved meanwhile (and
+// the css_set they left be freed, its address reused). So the iterator runs
+// again after every read: a process whose css_set changed, or whose
+// representative's did (or that cannot be asked: gone, or the iterator
+// fails), reads its own file. A move away and back within these
+// milliseconds is what this cannot see.
+void check_shared_cgroups(const sys::HostRoot& root, const KernelFdTable& kernel, std::vector<Process>& slots,
+                          const std::vector<Outcome>& outcomes, const std::vector<std::uint64_t>& shared,
+                          const std::vector<CgroupsSeen>& seen) {
+  if (std::all_of(shared.begin(), shared.end(), [](std::uint64_t id) { return id == 0; })) return;
+  auto now = kernel_css_sets(kernel);
+  auto stayed = [&](pid_t pid, std::uint64_t css_set) {
+    if (!now) return false;
+    auto it = std::lower_bound(now->begin(), now->end(), std::pair<pid_t, std::uint64_t>{pid, 0});
+    return it != now->end() && it->first == pid && it->second == css_set;
+  };
+  std::vector<std::uint64_t> moved;  // css_sets whose representative left: lines in doubt
+  for (const auto& worker : seen) {
+    for (const auto& [pid, css_set] : worker) {
+      if (!stayed(pid, css_set)) moved.push_back(css_set);
+    }
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (outcomes[i] != Outcome::ok || shared[i] == 0) continue;
+    Process& p = slots[i];
+    if (stayed(p.pid, shared[i]) && std::find(moved.begin(), moved.end(), shared[i]) == moved.end()) continue;
+    p.cgroups.clear();
+    auto read = root.read_file("proc/" + std::to_string(p.pid) + "/cgroup");
+    if (read) p.cgroups = distinct_cgroup_paths(parse_cgroup(*read));
   }
 }
 
@@ -395,18 +525,22 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   nthreads = static_cast<unsigned>(std::min<std::size_t>(nthreads, std::max<std::size_t>(1, pids.size())));
   std::vector<Process> slots(pids.size());
   std::vector<Outcome> outcomes(pids.size(), Outcome::malformed);
+  std::vector<std::uint64_t> shared(pids.size(), 0);
+  std::vector<CgroupsSeen> seen(nthreads);
   std::atomic<std::size_t> next{0};
   if (nthreads == 1) {
-    scan_some(root, options, kernel_table, pids, next, slots, outcomes);
+    scan_some(root, options, kernel_table, pids, next, slots, outcomes, shared, seen[0]);
   } else {
     std::vector<std::thread> workers;
     workers.reserve(nthreads);
     for (unsigned t = 0; t < nthreads; ++t) {
       workers.emplace_back(scan_some, std::cref(root), std::cref(options), kernel_table, std::cref(pids),
-                           std::ref(next), std::ref(slots), std::ref(outcomes));
+                           std::ref(next), std::ref(slots), std::ref(outcomes), std::ref(shared),
+                           std::ref(seen[t]));
     }
     for (auto& w : workers) w.join();
   }
+  if (kernel_table != nullptr) check_shared_cgroups(root, *kernel_table, slots, outcomes, shared, seen);
   std::size_t kept = 0;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     count(table.stats, outcomes[i]);

@@ -6,7 +6,8 @@
  *
  * gpureap_fds: one record per open descriptor of every task (task_file).
  * gpureap_tasks: one record per thread-group leader with what status and
- * stat hold (task), so the scan opens two files less per process. */
+ * stat hold (task), so the scan opens two files less per process, and its
+ * css_set, so it reads /proc/PID/cgroup once per css_set. */
 #include "kernel_types.h"
 
 #include <bpf/bpf_core_read.h>
@@ -105,6 +106,17 @@ static __always_inline __u32 read_stat(struct gpureap_task_record *r, struct tas
 	return failed ? 0 : 1;
 }
 
+/* The task's css_set: the reader reads /proc/PID/cgroup once per css_set,
+ * not once per process. 0 when the read fails. */
+static __always_inline __u64 read_css_set(struct task_struct *task)
+{
+	struct css_set *cset = 0;
+
+	if (bpf_core_read(&cset, sizeof(cset), &task->cgroups))
+		return 0;
+	return (__u64)(unsigned long)cset;
+}
+
 SEC("iter/task")
 int gpureap_tasks(struct bpf_iter__task *ctx)
 {
@@ -129,6 +141,7 @@ int gpureap_tasks(struct bpf_iter__task *ctx)
 			r.uid = uid;
 	}
 	r.stat_ok = read_stat(&r, task);
+	r.css_set = read_css_set(task);
 	if (bpf_core_read(&pid, sizeof(pid), &task->thread_pid) == 0 && pid &&
 	    bpf_core_read(&level, sizeof(level), &pid->level) == 0) {
 		r.level = level;

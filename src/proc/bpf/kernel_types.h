@@ -36,6 +36,8 @@ struct cred {
 	} uid;
 };
 
+struct css_set;
+
 struct signal_struct {
 	struct pid *pids[4]; /* indexed by enum pid_type */
 };
@@ -52,6 +54,7 @@ struct task_struct {
 	const struct cred *real_cred;
 	char comm[16];
 	struct signal_struct *signal;
+	struct css_set *cgroups;
 };
 
 /* The flavour CO-RE matches on kernels before 5.14 (the suffix after ___ is ignored). */

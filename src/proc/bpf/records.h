@@ -40,6 +40,11 @@ struct gpureap_task_record {
 	__u32 state;    /* __state (state before 5.14) */
 	__u32 exit_state;
 	char comm[16];
+	/* task->cgroups: its css_set, the one object for a combination of
+	 * cgroups on every hierarchy (v1 and v2): live tasks that share it have
+	 * the same /proc/PID/cgroup (an exiting one shows "/" on v1). Only
+	 * compared, never printed (a kernel address); 0 when unreadable. */
+	__u64 css_set;
 };
 
 #endif

@@ -26,6 +26,7 @@
 
 #include "child.hpp"
 #include "fixtures.hpp"
+#include "test_support.hpp"
 
 namespace gpureap::proc {
 namespace {
@@ -309,6 +310,14 @@ Child spawn_fdless(Pipes& pipes) {
   }
   Child child(pid);
   if (pid > 0 && !pipes.wait_ready()) child.reap();
+  // Ready comes before its close_range: wait until the descriptors are gone
+  // too (on a loaded machine a scan could otherwise still see them).
+  const fs::path fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (int i = 0; child.started() && i < 2000; ++i) {
+    std::error_code ec;
+    if (fs::directory_iterator(fds, ec) == fs::directory_iterator() && !ec) break;
+    ::usleep(1000);
+  }
   return child;
 }
 
@@ -496,6 +505,120 @@ TEST(KernelFds, TaskIteratorGivesWhatStatGives) {
   EXPECT_EQ(k->find_task(stopped.pid())->stat->comm, "a (b) c)");
   EXPECT_EQ(k->find_task(zombie.pid())->stat->state, 'Z');
   EXPECT_EQ(k->find_task(zombie.pid())->stat->ppid, ::getpid());
+}
+
+// The process's own /proc/PID/cgroup, parsed as the scan parses it; empty once it is gone.
+std::vector<CgroupLine> proc_cgroups(pid_t pid) {
+  auto text = slash().read_file("proc/" + std::to_string(pid) + "/cgroup");
+  return text ? distinct_cgroup_paths(parse_cgroup(*text)) : std::vector<CgroupLine>{};
+}
+
+TEST(KernelFds, CgroupsReadOncePerCssSetAreEachProcesssOwnFile) {
+  // Processes in real nested cgroups (v2, and v1 memory where mounted): two
+  // share every cgroup, one differs from them only on v1, two sit higher up,
+  // and a zombie shares their css_set (the kernel shows it "/" on v1).
+  // The scan reads /proc/PID/cgroup once per css_set the task iterator
+  // gives; every process must still get exactly what its own file says.
+  const auto v2 = testing::cgroup_v2_mount();
+  const auto v1 = testing::cgroup_v1_memory_mount();
+  if (!v2) GTEST_SKIP() << "no cgroup2 mount";
+  const std::string base = "/gpureap-cset-" + testing::random_hex(8);
+  testing::Cgroup deep(*v2, base + "/a/b/c");
+  testing::Cgroup mid(*v2, base + "/a/b");
+  testing::Cgroup top(*v2, base + "/a");
+  std::optional<testing::Cgroup> mem;
+  if (v1) mem.emplace(*v1, base + "/m");
+  Pipes p1, p2, p3, p4, p5, p6;
+  Child zombie = spawn_ready(p6, [] {});
+  Child same1 = spawn_ready(p1, [] {});
+  Child same2 = spawn_ready(p2, [] {});
+  Child v1_apart = spawn_ready(p3, [] {});
+  Child in_mid = spawn_ready(p4, [] {});
+  Child moving = spawn_ready(p5, [] {});
+  ASSERT_TRUE(same1.started() && same2.started() && v1_apart.started() && in_mid.started() && moving.started());
+  for (const Child* c : {&same1, &same2, &v1_apart, &zombie}) deep.add(c->pid());
+  if (mem) mem->add(v1_apart.pid());
+  ASSERT_EQ(::kill(zombie.pid(), SIGKILL), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(zombie.pid()), &info, WEXITED | WNOWAIT), 0);
+  mid.add(in_mid.pid());
+  top.add(moving.pid());
+
+  auto k = read_kernel_fds(slash(), DeviceMatcher{});
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  auto css = [&](pid_t pid) {
+    const KernelTask* t = k->find_task(pid);
+    return t != nullptr ? t->css_set : 0;
+  };
+  ASSERT_NE(css(same1.pid()), 0u);
+  EXPECT_EQ(css(same1.pid()), css(same2.pid()));
+  EXPECT_NE(css(same1.pid()), css(in_mid.pid()));
+  EXPECT_NE(css(in_mid.pid()), css(moving.pid()));
+  EXPECT_EQ(css(zombie.pid()), 0u);  // exiting: reads its own file
+  if (mem) {
+    EXPECT_NE(css(same1.pid()), css(v1_apart.pid()));
+  }
+  // A move shows in the next iteration: what the scan's check after its reads relies on.
+  mid.add(moving.pid());
+  auto now = kernel_css_sets(*k);
+  ASSERT_TRUE(now.ok()) << now.error().message;
+  auto now_of = [&](pid_t pid) {
+    auto it = std::lower_bound(now->begin(), now->end(), std::pair<pid_t, std::uint64_t>{pid, 0});
+    return it != now->end() && it->first == pid ? it->second : 0;
+  };
+  EXPECT_EQ(now_of(moving.pid()), css(in_mid.pid()));
+  EXPECT_EQ(now_of(same1.pid()), css(same1.pid()));
+
+  const std::vector<pid_t> ours = {same1.pid(), same2.pid(), v1_apart.pid(), in_mid.pid(), moving.pid(),
+                                   zombie.pid(), ::getpid(), pid_t{1}};
+  for (unsigned threads : {1u, 3u}) {
+    std::vector<std::pair<pid_t, std::vector<CgroupLine>>> before_scan;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      before_scan.emplace_back(std::stoi(name), proc_cgroups(std::stoi(name)));
+    }
+    ScanOptions opts;
+    opts.fd_source = FdSource::kernel;
+    opts.threads = threads;
+    auto a = scan_processes(slash(), opts);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    for (pid_t pid : ours) {
+      const Process* x = find(*a, pid);
+      ASSERT_NE(x, nullptr) << pid;
+      EXPECT_EQ(x->cgroups, proc_cgroups(pid)) << pid << " with " << threads << " threads";
+    }
+    ASSERT_FALSE(find(*a, same1.pid())->cgroups.empty());
+    EXPECT_EQ(find(*a, same1.pid())->cgroups, find(*a, same2.pid())->cgroups);
+    if (mem) {
+      EXPECT_NE(find(*a, same1.pid())->cgroups, find(*a, v1_apart.pid())->cgroups);
+    }
+    const auto& live = find(*a, same1.pid())->cgroups;
+    if (std::any_of(live.begin(), live.end(), [](const CgroupLine& l) { return l.hierarchy_id != 0 && l.path != "/"; })) {
+      EXPECT_NE(live, find(*a, zombie.pid())->cgroups);  // "/" on v1, though one css_set
+    }
+    // Every other process too, where its file was the same before and after
+    // the scan (this node's other tests move processes between cgroups).
+    unsigned compared = 0, differ = 0;
+    std::string which;
+    auto text = [](const std::vector<CgroupLine>& lines) {
+      std::string t;
+      for (const auto& l : lines) t += std::to_string(l.hierarchy_id) + ":" + l.controllers + ":" + l.path + ";";
+      return t;
+    };
+    for (const Process& x : a->processes) {
+      auto own = proc_cgroups(x.pid);
+      auto before = std::find_if(before_scan.begin(), before_scan.end(),
+                                 [&](const auto& e) { return e.first == x.pid; });
+      if (own.empty() || before == before_scan.end() || before->second != own) continue;  // gone or moved
+      ++compared;
+      if (x.cgroups == own) continue;
+      ++differ;
+      which += " " + std::to_string(x.pid) + " (" + x.comm + ": " + text(x.cgroups) + " vs " + text(own) + ")";
+    }
+    EXPECT_GT(compared, 5u);
+    EXPECT_EQ(differ, 0u) << "of " << compared << ":" << which;
+  }
 }
 
 TEST(KernelFds, StateLettersAreTheKernelsTaskStateIndex) {
