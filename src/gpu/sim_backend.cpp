@@ -130,7 +130,9 @@ class SimBackend final : public GpuBackend {
     for (auto& n : names) {
       proc::DeviceNode node{n, display_dir_ + "/dev/" + n, std::nullopt, std::nullopt};
       struct stat st {};
-      if (::stat((dev + "/" + n).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      std::string path = dev;
+      path.append("/").append(n);
+      if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
         node.file = proc::FileId{st.st_dev, st.st_ino};
       }
       m.nodes.push_back(std::move(node));
@@ -300,7 +302,7 @@ sys::Result<sim::Config> parse_sim_config(std::string_view text, std::string_vie
   return c;
 }
 
-std::unique_ptr<GpuBackend> make_sim_backend(const sys::HostRoot& root, SimOptions options) {
+std::unique_ptr<GpuBackend> make_sim_backend(const sys::HostRoot& root, const SimOptions& options) {
   std::string dir = absolute(sim::resolve_sim_dir(options.dir, root.path()));
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   return std::make_unique<SimBackend>(root, std::move(dir));

@@ -21,7 +21,7 @@ struct SimOptions {
 };
 
 // Never fails: an uninitialised sim dir gives no devices and says why.
-std::unique_ptr<GpuBackend> make_sim_backend(const sys::HostRoot& root, SimOptions options = {});
+std::unique_ptr<GpuBackend> make_sim_backend(const sys::HostRoot& root, const SimOptions& options = {});
 
 // Parses config.json; errors name `what` and the field ("config.json: devices[1].total: ...").
 sys::Result<sim::Config> parse_sim_config(std::string_view text, std::string_view what);

@@ -75,7 +75,7 @@ std::string json_escape(std::string_view s) {
       out.push_back(c);
     } else if (static_cast<unsigned char>(c) < 0x20) {
       char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      (void)std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
       out += buf;
     } else {
       out.push_back(c);
@@ -100,7 +100,7 @@ Config default_config(unsigned count) {
   for (unsigned i = 0; i < count; ++i) {
     DeviceConfig d;
     char uuid[64];
-    std::snprintf(uuid, sizeof uuid, "GPU-51300000-0000-4000-8000-%012x", i);
+    (void)std::snprintf(uuid, sizeof uuid, "GPU-51300000-0000-4000-8000-%012x", i);
     d.uuid = uuid;
     c.devices.push_back(std::move(d));
   }
@@ -178,7 +178,9 @@ sys::Result<Context> create_context(const std::string& dir, unsigned device_inde
   // Device files first: a missing device fails before anything is created.
   for (const std::string& name : {"nvidia" + std::to_string(device_index), std::string("nvidiactl"),
                                  std::string("nvidia-uvm")}) {
-    auto fd = open_device_file(dir + "/dev/" + name);
+    std::string path = dir;
+    path.append("/dev/").append(name);
+    auto fd = open_device_file(path);
     if (!fd) {
       auto err = fd.error();
       if (err.code == ENOENT) err.message += " (no such sim device; run `gpureap-worker init-sim`?)";

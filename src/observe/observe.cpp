@@ -559,7 +559,7 @@ void render_tree(const NodeSnapshot& snap, std::string& out) {
     if (!seen.insert(r.process.pid).second) continue;
     std::string cmd = command_line(r.process);
     if (cmd.size() > 100) cmd = cmd.substr(0, 97) + "...";
-    out += fmt::format("  {}{:<6} {} {}{}\n", std::string(2 * depth, ' '), r.process.pid, r.process.state,
+    out += fmt::format("  {}{:<6} {} {}{}\n", std::string(2 * std::size_t{depth}, ' '), r.process.pid, r.process.state,
                        cmd, r.process.pid == snap.self_pid ? "   (this check)" : "");
     auto c = children.find(r.process.pid);
     if (c == children.end()) continue;
