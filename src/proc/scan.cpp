@@ -286,6 +286,17 @@ struct Reader {
     return !options.env_keys.empty() && (!options.read_fds || !p.fds_readable || !p.gpu_fds.empty());
   }
 
+  // What stat holds, whoever read it (the file or the task iterator); comm is moved out.
+  static void take_stat(pid_t pid, StatInfo& st, Process& p) {
+    p.pid = pid;
+    p.ppid = st.ppid;
+    p.pgrp = st.pgrp;
+    p.session = st.session;
+    p.state = st.state;
+    p.start_time = st.start_time;
+    p.comm = std::move(st.comm);
+  }
+
   Outcome read(pid_t pid, Process& p, std::string* why) {
     shared_cgroup = 0;
     char path[32];
@@ -316,13 +327,7 @@ struct Reader {
       return gone_or_malformed(pfd);
     }
     StatInfo st = std::move(*parsed);
-    p.pid = pid;
-    p.ppid = st.ppid;
-    p.pgrp = st.pgrp;
-    p.session = st.session;
-    p.state = st.state;
-    p.start_time = st.start_time;
-    p.comm = std::move(st.comm);
+    take_stat(pid, st, p);
     // The task iterator already read what status holds (tgid, uid, NSpid)
     // for this very process (same start time): 3 syscalls saved per process.
     if (task != nullptr && task->start_ticks == p.start_time && !p.comm.empty()) {
@@ -372,14 +377,8 @@ struct Reader {
   // iterator missed has its fd directory walked through a directory fd.
   Outcome read_known(pid_t pid, const KernelTask& task, Process& p, std::string* why) {
     StatInfo st = *task.stat;
-    p.pid = pid;
+    take_stat(pid, st, p);
     p.tgid = pid;
-    p.ppid = st.ppid;
-    p.pgrp = st.pgrp;
-    p.session = st.session;
-    p.state = st.state;
-    p.start_time = st.start_time;
-    p.comm = std::move(st.comm);
     p.uid = task.uid;
     p.nspid.assign(task.nspid.begin(), task.nspid.begin() + task.levels);
 

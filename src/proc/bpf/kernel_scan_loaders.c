@@ -26,6 +26,20 @@ static int fail(int err, char *why, size_t why_len, const char *step)
 	return err;
 }
 
+/* Both programs kept, or neither: `err` is errno from the keep_fd calls. */
+static int kept_both(struct gpureap_scan_progs *out, int err, char *why, size_t why_len)
+{
+	if (out->fds_prog >= 0 && out->tasks_prog >= 0)
+		return 0;
+	if (out->fds_prog >= 0)
+		close(out->fds_prog);
+	if (out->tasks_prog >= 0)
+		close(out->tasks_prog);
+	out->fds_prog = -1;
+	out->tasks_prog = -1;
+	return fail(err, why, why_len, "keep the programs");
+}
+
 int gpureap_load_scan_light(struct gpureap_scan_progs *out, char *why, size_t why_len)
 {
 	struct gpureap_kernel_scan_lskel *skel = gpureap_kernel_scan_lskel__open();
@@ -44,14 +58,7 @@ int gpureap_load_scan_light(struct gpureap_scan_progs *out, char *why, size_t wh
 	out->tasks_prog = keep_fd(skel->progs.gpureap_tasks.prog_fd);
 	err = errno;
 	gpureap_kernel_scan_lskel__destroy(skel);
-	if (out->fds_prog < 0 || out->tasks_prog < 0) {
-		if (out->fds_prog >= 0)
-			close(out->fds_prog);
-		if (out->tasks_prog >= 0)
-			close(out->tasks_prog);
-		return fail(err, why, why_len, "keep the programs");
-	}
-	return 0;
+	return kept_both(out, err, why, why_len);
 }
 
 /* libbpf prints to stderr by default; its errors come back as return codes
@@ -97,12 +104,5 @@ int gpureap_load_scan_libbpf(struct gpureap_scan_progs *out, char *why, size_t w
 	out->tasks_prog = keep_fd(bpf_program__fd(skel->progs.gpureap_tasks));
 	err = errno;
 	gpureap_kernel_scan__destroy(skel);
-	if (out->fds_prog < 0 || out->tasks_prog < 0) {
-		if (out->fds_prog >= 0)
-			close(out->fds_prog);
-		if (out->tasks_prog >= 0)
-			close(out->tasks_prog);
-		return fail(err, why, why_len, "keep the programs");
-	}
-	return 0;
+	return kept_both(out, err, why, why_len);
 }
