@@ -374,14 +374,17 @@ class InstanceRun {
     std::vector<WorkerProc> workers;
     for (const auto& ev : *ready) {
       WorkerProc w;
-      w.local = ev.line.value("pid", 0);
+      const auto local = pid_field(ev.line, "pid");
+      if (!local)
+        return sys::Error{EINVAL, what + ": a worker's ready line has no pid: " + ev.line.dump()};
+      w.local = *local;
       if (auto h = host_pid_of(container_->cgroup(), w.local)) w.host = *h;
       if (auto c = ev.line.find("children"); c != ev.line.end() && c->is_array()) {
         for (const auto& x : *c) {
-          if (!x.is_number_integer()) continue;
-          w.children_local.push_back(x.get<pid_t>());
-          if (auto h = host_pid_of(container_->cgroup(), x.get<pid_t>()))
-            w.children_host.push_back(*h);
+          const auto child = as_pid(x);
+          if (!child) continue;
+          w.children_local.push_back(*child);
+          if (auto h = host_pid_of(container_->cgroup(), *child)) w.children_host.push_back(*h);
         }
       }
       if (w.host == 0)
@@ -634,6 +637,22 @@ class InstanceRun {
   std::set<pid_t> known_pids_;  // every host PID seen in the pod (a zombie leaves its cgroup)
 };
 
+// One scenario, on its own thread: an exception (out of memory, say) ends that
+// scenario with an error instead of the whole lab (a thrown exception would
+// terminate it with every pod left behind).
+Measurements run_instance(LabContext& ctx, const Instance& inst, unsigned index) {
+  try {
+    return InstanceRun(ctx, inst, index).run();
+  } catch (const std::exception& e) {
+    Measurements m;
+    m.scenario = std::string(inst.def->id);
+    m.instance = inst.name;
+    m.error = std::string("internal error: ") + e.what();
+    ctx.progress.line(inst.name, *m.error);
+    return m;
+  }
+}
+
 std::string iso_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -822,14 +841,13 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
     });
     if (options.serial) {
       for (std::size_t i = 0; i < instances->size(); ++i) {
-        results[i] = InstanceRun(ctx, (*instances)[i], static_cast<unsigned>(i)).run();
+        results[i] = run_instance(ctx, (*instances)[i], static_cast<unsigned>(i));
       }
     } else {
       std::vector<std::thread> threads;
       for (std::size_t i = 0; i < instances->size(); ++i) {
-        threads.emplace_back([&, i] {
-          results[i] = InstanceRun(ctx, (*instances)[i], static_cast<unsigned>(i)).run();
-        });
+        threads.emplace_back(
+            [&, i] { results[i] = run_instance(ctx, (*instances)[i], static_cast<unsigned>(i)); });
       }
       for (auto& t : threads) t.join();
     }

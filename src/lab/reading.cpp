@@ -1,18 +1,14 @@
 #include "lab/reading.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 namespace gpureap::lab {
 
 namespace {
 
 using nlohmann::json;
-
-std::optional<pid_t> pid_of(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<pid_t>();
-}
 
 const json& array_of(const json& j, const char* key) {
   static const json kEmpty = json::array();
@@ -24,11 +20,11 @@ SeenFinding finding_of(const json& f) {
   SeenFinding s;
   s.kind = text_field(f, "kind");
   s.severity = text_field(f, "severity");
-  s.pid = pid_of(f, "pid");
+  s.pid = pid_field(f, "pid");
   s.message = text_field(f, "message");
   if (auto g = f.find("gpu"); g != f.end() && g->is_number_unsigned()) s.gpu = g->get<unsigned>();
   for (const auto& h : array_of(f, "holders")) {
-    if (auto p = pid_of(h, "pid")) s.holders.push_back(*p);
+    if (auto p = pid_field(h, "pid")) s.holders.push_back(*p);
   }
   return s;
 }
@@ -45,6 +41,18 @@ std::string joined_cmdline(const json& p) {
 
 }  // namespace
 
+std::optional<pid_t> as_pid(const json& v) {
+  if (!v.is_number_integer()) return std::nullopt;
+  const auto n = v.get<std::int64_t>();
+  if (n <= 0 || n > std::numeric_limits<pid_t>::max()) return std::nullopt;
+  return static_cast<pid_t>(n);
+}
+
+std::optional<pid_t> pid_field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() ? std::nullopt : as_pid(*it);
+}
+
 std::string text_field(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -57,11 +65,11 @@ void read_observe(const json& doc, StepReport& step) {
     step.pid1_is_init = it->value("is_init", false);
   }
   for (const auto& z : array_of(doc, "zombies")) {
-    if (auto p = pid_of(z, "pid")) step.zombies.push_back(*p);
+    if (auto p = pid_field(z, "pid")) step.zombies.push_back(*p);
   }
   // Only the adopted ones: PID 1's own children (tini's `sleep`) are not orphans.
   for (const auto& o : array_of(doc, "orphans")) {
-    auto p = pid_of(o, "pid");
+    auto p = pid_field(o, "pid");
     auto adopted = o.find("adopted");
     if (p && adopted != o.end() && adopted->is_boolean() && adopted->get<bool>())
       step.orphans.push_back(*p);
@@ -79,7 +87,7 @@ void read_trace(const json& doc, const ScenarioIdentity& id, StepReport& step) {
   for (const auto& p : array_of(doc, "processes")) {
     auto pod = p.find("pod");
     if (pod == p.end() || !pod->is_object() || text_field(*pod, "uid") != id.pod_uid) continue;
-    if (auto pid = pid_of(p, "pid")) mine.insert(*pid);
+    if (auto pid = pid_field(p, "pid")) mine.insert(*pid);
     step.pod_named = step.pod_named || !text_field(*pod, "name").empty();
   }
   auto ours = [&](const std::optional<pid_t>& p) { return p && mine.count(*p) != 0; };

@@ -24,6 +24,9 @@ struct ScenarioIdentity {
 // A string member of a JSON object, or "" (a line that merely looks like one
 // of ours, or a field of another type, never throws).
 std::string text_field(const nlohmann::json& j, const char* key);
+// A JSON integer that is a valid pid, or nullopt; and such a member of an object.
+std::optional<pid_t> as_pid(const nlohmann::json& v);
+std::optional<pid_t> pid_field(const nlohmann::json& j, const char* key);
 
 // Fills the observe part of `step` (PID 1, zombies, orphans, dead listings, findings).
 void read_observe(const nlohmann::json& doc, StepReport& step);

@@ -84,7 +84,7 @@ void expect_clean_end(const std::string& name, const json& m) {
 }
 
 // The outcomes the plan's scenarios must show (docs/lab.md says why).
-void expect_scenario_outcomes(const LabRun& r, bool with_variants) {
+void expect_scenario_outcomes(const LabRun& r, bool with_variants, bool exec_is_fast) {
   const auto& m = r.m;
   for (const char* s : {"S1", "S2", "S3", "S4", "S5", "S6"}) {
     ASSERT_TRUE(m.count(s)) << s;
@@ -105,26 +105,40 @@ void expect_scenario_outcomes(const LabRun& r, bool with_variants) {
   const auto grace = [&](const char* s) { return num(m.at(s)["grace_s"]); };
   // S1: held through the whole grace, freed by the runtime's SIGKILL of PID 1.
   EXPECT_GE(release("S1"), grace("S1") * 0.95);
-  EXPECT_LE(release("S1"), grace("S1") + 1.0);
+  const auto event = [&](const char* s, const char* key) { return num(m.at(s)["deletion"][key]); };
+  // Timing is asserted as the order of events, with the slack of the driver's
+  // release and the 10 ms samples: under ASan on a busy machine an exec alone
+  // (the preStop hook's, runc's) can take a second, which is not what is tested.
+  constexpr double kSlack = 1.0;
   EXPECT_FALSE(m.at("S1")["deletion"]["kill_pid1_s"].is_null());
+  EXPECT_GE(release("S1"), event("S1", "kill_pid1_s"));
+  EXPECT_LE(release("S1"), event("S1", "kill_pid1_s") + kSlack);
   // S2: tini exits when its child (sleep) does, so the namespace ends at once
   // and the kernel SIGKILLs the orphaned worker: fast, but no cleanup ran.
-  EXPECT_LT(release("S2"), 1.0);
   EXPECT_TRUE(m.at("S2")["deletion"]["kill_pid1_s"].is_null());
   EXPECT_EQ(m.at("S2")["deletion"]["pid1_status"], 143);
-  // S3: held until the preStop hook's SIGKILL, after its SIGTERM wait.
+  EXPECT_LT(event("S2", "pid1_exited_s"), grace("S2") / 2);
+  EXPECT_LE(release("S2"), event("S2", "pid1_exited_s") + kSlack);
+  // S3: held until the preStop hook's SIGKILL, after its SIGTERM wait, and
+  // freed before the kubelet's SIGTERM to PID 1.
   const double term_wait = num(m.at("S3")["prestop_term_wait_s"]);
   EXPECT_GE(release("S3"), term_wait * 0.95);
-  EXPECT_LE(release("S3"), term_wait + 1.0);
-  EXPECT_LE(release("S3"), num(m.at("S3")["deletion"]["term_pid1_s"]) + 0.5);
-  // S4: the worker's handler frees it within a second of the deletion's start.
-  EXPECT_LT(release("S4"), 1.0);
+  EXPECT_LE(release("S3"), event("S3", "prestop_ended_s") + kSlack);
+  EXPECT_LE(release("S3"), event("S3", "term_pid1_s") + kSlack);
+  EXPECT_NE(m.at("S3")["release_cause"].get<std::string>().find("preStop hook's SIGKILL"),
+            std::string::npos);
+  // S4: the worker's handler frees it within a second of its SIGTERM (and, where
+  // an exec takes milliseconds, within a second of the deletion's start) ...
+  EXPECT_LE(release("S4"), num(m.at("S4")["term_reached_worker_s"]) + kSlack);
+  if (exec_is_fast) {
+    EXPECT_LT(release("S4"), 1.0);
+  }
   // ... and the hook ended without waiting out its SIGTERM wait (no SIGKILL fallback).
-  EXPECT_LT(num(m.at("S4")["deletion"]["prestop_ended_s"]), num(m.at("S4")["prestop_term_wait_s"]));
-  // S5: gpureap-init bounds it by --gpu-grace.
+  EXPECT_LT(event("S4", "prestop_ended_s"), num(m.at("S4")["prestop_term_wait_s"]));
+  // S5: gpureap-init bounds it by --gpu-grace after the SIGTERM to PID 1.
   const double gpu_grace = num(m.at("S5")["init_gpu_grace_s"]);
   EXPECT_GE(release("S5"), gpu_grace * 0.95);
-  EXPECT_LE(release("S5"), gpu_grace + 1.0);
+  EXPECT_LE(release("S5"), event("S5", "term_pid1_s") + gpu_grace + kSlack);
   EXPECT_TRUE(m.at("S5")["init_escalated"].get<bool>());
   // S6: the creator's death leaves an orphaned context that trace pins on the forked children.
   const auto& s6 = m.at("S6");
@@ -142,15 +156,13 @@ void expect_scenario_outcomes(const LabRun& r, bool with_variants) {
   EXPECT_GE(s6["latent_orphaned_contexts"].get<int>(), 1);
   // The children hold the context without being listed: hidden from nvidia-smi.
   EXPECT_GE(s6["hidden_holders"].get<int>(), 2);
-  // The GiB·s order the fixes buy: S1 wastes the most of the one-worker runs.
+  // What the fixes buy: S1 wastes more than S4 and S5. (Between S3 and the
+  // others the order depends on exec times --quick does not scale.)
   const auto gibs = [&](const char* s) {
     return num(m.at(s)["gpu_gib_seconds_during_termination"]);
   };
-  // (S4 against S5 depends on how fast an exec starts: runc's takes ~0.3 s,
-  // which --quick does not scale, while S5's --gpu-grace becomes 0.2 s.)
-  EXPECT_GT(gibs("S1"), gibs("S3"));
-  EXPECT_GT(gibs("S3"), gibs("S5"));
-  EXPECT_GT(gibs("S3"), gibs("S4"));
+  EXPECT_GT(gibs("S1"), gibs("S4"));
+  EXPECT_GT(gibs("S1"), gibs("S5"));
 
   if (!with_variants) return;
   ASSERT_TRUE(m.count("S7"));
@@ -257,7 +269,7 @@ class LabIntegration : public ::testing::Test {
 TEST_F(LabIntegration, BuiltinRuntimeEveryScenarioAndThePlansVariants) {
   const LabRun r = run_lab(tmp_, {});
   ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
-  expect_scenario_outcomes(r, true);
+  expect_scenario_outcomes(r, true, true);  // the built-in runtime's exec is a clone
   expect_worker_uid(r, "S1-uid1000", 1000);
   expect_worker_uid(r, "S1", 0);
   expect_comparison_matches(r);
@@ -292,7 +304,7 @@ TEST_F(LabIntegration, RuncRuntimeEveryScenario) {
   ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
   EXPECT_EQ(r.m.size(), 6U);
   for (const auto& [inst, m] : r.m) EXPECT_EQ(m["runtime"], "runc") << inst;
-  expect_scenario_outcomes(r, false);
+  expect_scenario_outcomes(r, false, false);  // runc's exec is a Go program
   expect_comparison_matches(r);
   expect_timeline(r);
   expect_nothing_left(r);

@@ -115,8 +115,9 @@ TEST_F(PrestopNamespace, TermIgnoringWorkerIsKilledWhenTheTermWaitEnds) {  // pl
   EXPECT_EQ(t["memory_released"], true);
   EXPECT_GE(t["term_to_release_s"].get<double>(), t["term_to_exit_s"].get<double>());
   EXPECT_EQ(t["driver_pids"], json::array({t["pid"]}));  // the sim lists it under its local pid
-  EXPECT_LT(r.prestop["total_s"].get<double>(), 2.0);
-  EXPECT_LT(r.result["prestop_wall_s"].get<double>(), 2.0);
+  EXPECT_LT(r.prestop["total_s"].get<double>(), 2.0);  // the deadline, by the hook's own clock
+  // The wall adds the hook's start, which ASan on a busy machine stretches.
+  EXPECT_LT(r.result["prestop_wall_s"].get<double>(), 3.0);
   EXPECT_TRUE(logged(r, "SIGTERM ignored for")) << r.result["prestop_err"];
   EXPECT_TRUE(r.result["pid1_pending"].empty());
 }

@@ -255,6 +255,19 @@ TEST(LabReading, TraceFindingsOfOnePodAmongOthers) {
   EXPECT_TRUE(junk.trace_findings.empty());
 }
 
+TEST(LabReading, FieldsOfTheWrongTypeAreAbsentNotThrown) {
+  const json line =
+      json::parse(R"({"mode": 3, "pid": "12", "big": 99999999999, "ok": 42, "neg": -1})");
+  EXPECT_EQ(text_field(line, "mode"), "");
+  EXPECT_EQ(text_field(line, "none"), "");
+  EXPECT_FALSE(pid_field(line, "pid"));
+  EXPECT_FALSE(pid_field(line, "big"));
+  EXPECT_FALSE(pid_field(line, "neg"));
+  EXPECT_EQ(pid_field(line, "ok"), 42);
+  EXPECT_EQ(as_pid(json(7)), 7);
+  EXPECT_FALSE(as_pid(json::array()));
+}
+
 TEST(LabReading, ObserveCountsAdoptedOrphansOnly) {
   const json observe = json::parse(R"({
     "pid1": {"pid": 1, "comm": "tini", "cmdline": ["tini", "--", "sleep", "infinity"], "is_init": true},
