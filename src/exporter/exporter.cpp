@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "exporter/metrics.hpp"
+#include "exporter/tls_shim.hpp"
 #include "gpu/activity.hpp"
 #include "report/report.hpp"
 #include "sys/host_root.hpp"
@@ -277,6 +278,7 @@ sys::Result<std::unique_ptr<Exporter>> Exporter::start(ExporterConfig config, sy
   sys::UniqueFd pem;
   std::string pem_path;
   if (impl->config.web.tls) {
+    if (auto shim = load_tls_shim(); !shim) return shim.error();
     auto fd = tls_pem(*impl->config.web.tls);
     if (!fd) return fd.error();
     pem = std::move(*fd);
