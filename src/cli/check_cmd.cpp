@@ -37,6 +37,7 @@ struct CheckOptions {
 struct Verdict {
   int exit_code = kExitCouldNotCheck;
   std::string line;
+  bool driver_hung = false;  // a thread is stuck in the driver's library
 };
 
 Verdict unknown(const std::string& why) { return {kExitCouldNotCheck, report::fit_line("UNKNOWN: " + why)}; }
@@ -60,7 +61,11 @@ Verdict check_node(const CheckOptions& o) {
   snap_options.fd_source = fd_source(o.common);
   snap_options.env_keys = findings::nccl_env_keys();
   auto snap = node::take_snapshot(*root, *backend, resolvers, snap_options);
-  if (!snap) return unknown(snap.error().message);
+  if (!snap) {
+    Verdict v = unknown(snap.error().message);
+    v.driver_hung = backend->hung();
+    return v;
+  }
   if (snap->records.empty()) return unknown("no process could be read under " + snap->host_root + "/proc");
   const auto found = findings::detect_all(*snap);
   return {findings::fails_check(found) ? kExitFindings : kExitClean, report::render_check_line(*snap, found)};
@@ -94,9 +99,9 @@ int run_check(const CheckOptions& o) {
   lock.unlock();
   fmt::print("{}\n", v.line);
   std::fflush(stdout);
-  // A check still stuck in the driver cannot be joined; exit without running
-  // destructors under it.
-  if (!finished) std::_Exit(v.exit_code);
+  // A check still running, or a driver call that never returned: exit-time
+  // destructors could wait on the stuck thread forever.
+  if (!finished || v.driver_hung) std::_Exit(v.exit_code);
   return v.exit_code;
 }
 

@@ -132,13 +132,15 @@ struct Exporter::Impl {
     const auto t0 = Steady::now();
     auto snap = node::take_snapshot(root, *backend, resolvers, config.snapshot);
     if (!snap) {
+      bool repeated = false;
       {
         std::lock_guard lock(mutex);
         ++scans;
         ++errors;
+        repeated = last_error == snap.error().message;
         last_error = snap.error().message;
       }
-      log("scan failed: " + snap.error().message);
+      if (!repeated) log("scan failed: " + snap.error().message);  // said once, counted always
       return;
     }
     const auto now = std::chrono::system_clock::now();
@@ -308,7 +310,7 @@ std::vector<int> Exporter::ports() const {
   return impl_->server ? impl_->server->getListeningPorts() : std::vector<int>{};
 }
 
-void Exporter::stop() {
+bool Exporter::stop() {
   if (impl_->server) {
     impl_->server->close();  // no request is being served after this
     impl_->server.reset();
@@ -320,14 +322,17 @@ void Exporter::stop() {
   // must not hold the exit up: wait briefly, then leave it.
   const bool done = impl_->wake.wait_for(lock, std::chrono::milliseconds(500), [this] { return impl_->scanner_done; });
   lock.unlock();
-  if (!impl_->scanner.joinable()) return;
-  if (done) {
-    impl_->scanner.join();
-  } else {
-    impl_->scanner.detach();
+  if (impl_->scanner.joinable()) {
+    if (done) {
+      impl_->scanner.join();
+    } else {
+      impl_->scanner.detach();
+    }
   }
+  // Only once joined may the backend be asked (it is the scan thread's).
+  return done && !impl_->backend->hung();
 }
 
-Exporter::~Exporter() { stop(); }
+Exporter::~Exporter() { (void)stop(); }
 
 }  // namespace gpureap::exporter

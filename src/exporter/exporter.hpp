@@ -54,7 +54,8 @@ class Exporter {
   // The ports listened on (the real ones when the address said port 0).
   [[nodiscard]] std::vector<int> ports() const;
   // Stops serving and scanning; a scan stuck in the driver is left behind.
-  void stop();
+  // True when nothing was: false means the process must end with _Exit.
+  bool stop();
 
   struct Impl;
 

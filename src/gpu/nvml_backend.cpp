@@ -777,6 +777,7 @@ class NvmlBackend final : public GpuBackend {
   }
 
   [[nodiscard]] std::string unavailable_reason() const override { return reason_; }
+  [[nodiscard]] bool hung() const override { return !stuck_.empty(); }
 
  private:
   sys::HostRoot root_;
