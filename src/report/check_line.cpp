@@ -21,6 +21,10 @@ std::string pod_of(const node::NodeSnapshot& snap, const findings::Finding& f) {
   std::vector<pid_t> candidates;
   if (f.pid) candidates.push_back(*f.pid);
   for (const auto& h : f.holders) candidates.push_back(h.pid);
+  // A zombie whose cgroup no longer reads belongs to its parent's pod.
+  if (const node::ProcessRecord* subject = f.pid ? snap.find(*f.pid) : nullptr; subject != nullptr) {
+    candidates.push_back(subject->process.ppid);
+  }
   for (pid_t pid : candidates) {
     const node::ProcessRecord* r = snap.find(pid);
     if (r == nullptr || !r->container || !r->container->meta || r->container->meta->pod_name.empty()) continue;
