@@ -62,6 +62,7 @@ it fails; logs on stderr):
       Initialise the sim directory (idempotent; the first config wins).
 
 Common options:
+  --tag TEXT        ignored: text a test puts in the command line (redaction tests)
   --sim-dir DIR     sim directory (else $GPUREAP_SIM_DIR, else
                     $GPUREAP_HOST_ROOT/run/gpureap/sim, else /run/gpureap/sim)
   --sim-devices N   devices created when hold/fork-after-init find the sim
@@ -173,9 +174,11 @@ Result<Options> parse_args(int argc, char** argv) {
     if (a == "--exit-after-spawn") { o.exit_after_spawn = true; continue; }
     if (a == "--setsid") { o.setsid = true; continue; }
     if (a == "--gpu" || a == "--device" || a == "--bytes" || a == "--sim-dir" || a == "--sim-devices" ||
-        a == "--count" || a == "--children" || a == "--devices" || a == "--exit-after" || a == "--sm-util") {
+        a == "--count" || a == "--children" || a == "--devices" || a == "--exit-after" || a == "--sm-util" ||
+        a == "--tag") {
       auto v = need(i, a);
       if (!v) return v.error();
+      if (a == "--tag") continue;
       if (a == "--gpu") {
         if (*v != "sim" && *v != "cuda") return bad(*v);
         o.gpu = std::string(*v);
