@@ -4,6 +4,8 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <string>
@@ -75,6 +77,22 @@ const ex::ProcessView* process(const ex::View& v, const std::string& pid) {
     if (p.who.pid == pid) return &p;
   }
   return nullptr;
+}
+
+// docs/exporter.md's series table names every series of the table in code,
+// and no other: the documentation cannot drift from what is published.
+TEST(Series, TheDocsTableListsExactlyTheDeclaredSeries) {
+  std::ifstream in(std::string(GPUREAP_SOURCE_DIR) + "/docs/exporter.md");
+  ASSERT_TRUE(in) << "docs/exporter.md";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::set<std::string> documented;
+  const std::regex row(R"(\n\| `(gpureap_[a-z_]+)` \|)");
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), row); it != std::sregex_iterator(); ++it) {
+    documented.insert((*it)[1].str());
+  }
+  std::set<std::string> declared;
+  for (const auto& s : gpureap::exporter::kSeries) declared.insert(std::string(s.name));
+  EXPECT_EQ(documented, declared);
 }
 
 TEST(View, AttributesEachListingToItsPodAndAGoneCreatorToItsHolders) {
