@@ -48,6 +48,7 @@ struct Config {
   unsigned scrapes = 200;
   double interval_s = 5;
   unsigned cpu_scans = 3;  // scans the CPU time is averaged over
+  unsigned series = 0;     // --max-process-series; 0: as many as processes (the worst case)
   std::string gpureap;
 };
 
@@ -173,7 +174,7 @@ double percentile(std::vector<double> v, double p) {
 int usage() {
   std::fprintf(stderr,
                "usage: bench_exporter_run --gpureap PATH [--procs N] [--devices N] [--scrapes N] [--interval S] "
-               "[--cpu-scans N]\n");
+               "[--cpu-scans N] [--max-process-series N]\n");
   return 2;
 }
 
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
     else if (a == "--devices") cfg.devices = static_cast<unsigned>(std::stoul(v));
     else if (a == "--scrapes") cfg.scrapes = static_cast<unsigned>(std::stoul(v));
     else if (a == "--interval") cfg.interval_s = std::stod(v);
+    else if (a == "--max-process-series") cfg.series = static_cast<unsigned>(std::stoul(v));
     else if (a == "--cpu-scans") cfg.cpu_scans = static_cast<unsigned>(std::stoul(v));
     else return usage();
   }
@@ -240,7 +242,7 @@ int main(int argc, char** argv) {
     ::dup2(out[1], 1);
     ::setenv("GPUREAP_SIM_DIR", dir.path.c_str(), 1);
     std::vector<std::string> args{cfg.gpureap, "exporter", "--listen", "127.0.0.1:0", "--gpu", "sim", "--interval",
-                                  interval, "--max-process-series", std::to_string(cfg.procs)};
+                                  interval, "--max-process-series", std::to_string(cfg.series == 0 ? cfg.procs : cfg.series)};
     std::vector<char*> argp;
     for (auto& s : args) argp.push_back(s.data());
     argp.push_back(nullptr);
@@ -308,8 +310,8 @@ int main(int argc, char** argv) {
   const long hwm = status_kib(exporter, "VmHWM:");
   const double cpu_per_scan = scans1 > scans0 ? (cpu1 - cpu0) / (scans1 - scans0) : -1;
 
-  std::printf("gpureap exporter on %u GPU processes (%u simulated H200s), interval %g s\n", cfg.procs, cfg.devices,
-              cfg.interval_s);
+  std::printf("gpureap exporter on %u GPU processes (%u simulated H200s), interval %g s, --max-process-series %u\n",
+              cfg.procs, cfg.devices, cfg.interval_s, cfg.series == 0 ? cfg.procs : cfg.series);
   std::printf("  series per scrape        %u (%u per-process memory series), %zu bytes\n", series, memory_series,
               body.size());
   std::printf("  RSS                      %.1f MiB (peak %.1f MiB)   goal < 15 MiB; dcgm-exporter documents 135-500 MiB\n",
