@@ -15,6 +15,9 @@ packages=(
   psmisc lsof procps util-linux      # fuser, lsof (benchmark peers), ps, unshare
   jq
   libxml2-utils                      # xmllint: the lab test checks timeline.svg is well-formed
+  prometheus-cpp-dev libcivetweb-dev # gpureap exporter: the exposition and its HTTP server
+  libyaml-cpp-dev libssl-dev libcrypt-dev  # the exporter's web config: YAML, TLS, bcrypt passwords
+  prometheus curl                    # the exporter's integration test: a real server, promtool, a client
 )
 
 missing=()

@@ -12,5 +12,7 @@ void register_snapshot(CLI::App& app, std::function<int()>& run);
 void register_observe(CLI::App& app, std::function<int()>& run);
 void register_prestop(CLI::App& app, std::function<int()>& run);
 void register_lab(CLI::App& app, std::function<int()>& run);
+void register_exporter(CLI::App& app, std::function<int()>& run);
+void register_check(CLI::App& app, std::function<int()>& run);
 
 }  // namespace gpureap::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   gpureap::cli::register_observe(app, run);
   gpureap::cli::register_prestop(app, run);
   gpureap::cli::register_lab(app, run);
+  gpureap::cli::register_exporter(app, run);
+  gpureap::cli::register_check(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

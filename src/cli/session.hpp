@@ -8,6 +8,10 @@
 
 namespace gpureap::cli {
 
-sys::Result<node::NodeSnapshot> take_node_snapshot(const CommonOptions& options);
+// With sample_seconds > 0, per-process utilization is read every
+// sample_period_seconds for that long first, and the snapshot carries the
+// window (idle_holder, nccl_spin).
+sys::Result<node::NodeSnapshot> take_node_snapshot(const CommonOptions& options, double sample_seconds = 0,
+                                                   double sample_period_seconds = 1);
 
 }  // namespace gpureap::cli

@@ -20,10 +20,16 @@ struct TraceOptions {
   CommonOptions common;
   std::uint64_t ghost_threshold_mib = 128;
   std::uint64_t v1_reserved_allowance_mib = 1024;
+  double sample_s = 0;
+  double sample_period_s = 1;
+  double idle_minutes = 10;
+  std::uint64_t idle_min_mib = 512;
+  double spin_sm_percent = 90;
+  double spin_minutes = 1;
 };
 
 int run_trace(const TraceOptions& opt) {
-  auto snap = take_node_snapshot(opt.common);
+  auto snap = take_node_snapshot(opt.common, opt.sample_s, opt.sample_period_s);
   if (!snap) {
     log_error(snap.error().message);
     return kExitCouldNotCheck;
@@ -31,6 +37,10 @@ int run_trace(const TraceOptions& opt) {
   findings::DetectOptions detect;
   detect.ghost_threshold_bytes = opt.ghost_threshold_mib << 20;
   detect.v1_reserved_allowance_bytes = opt.v1_reserved_allowance_mib << 20;
+  detect.idle_seconds = opt.idle_minutes * 60;
+  detect.idle_min_bytes = opt.idle_min_mib << 20;
+  detect.spin_sm_percent = opt.spin_sm_percent;
+  detect.spin_seconds = opt.spin_minutes * 60;
   const auto found = findings::detect_all(*snap, detect);
   if (opt.common.json) {
     if (!report::write_trace_json(stdout, *snap, found)) {
@@ -59,6 +69,20 @@ void register_trace(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--v1-reserved-allowance-mib", opt->v1_reserved_allowance_mib,
                   "On drivers with v1 memory accounting only (used includes reserved memory), "
                   "how much more must be unexplained before it counts as ghost memory")
+      ->capture_default_str();
+  cmd->add_option("--sample", opt->sample_s,
+                  "Sample per-process GPU utilization for this many seconds before judging (idle_holder, "
+                  "nccl_spin); 0: no sampling")
+      ->capture_default_str();
+  cmd->add_option("--sample-period", opt->sample_period_s, "Seconds between utilization readings while sampling")
+      ->capture_default_str();
+  cmd->add_option("--idle-minutes", opt->idle_minutes, "idle_holder: minutes at 0 % SM (at most --sample)")
+      ->capture_default_str();
+  cmd->add_option("--idle-min-mib", opt->idle_min_mib, "idle_holder: at least this much GPU memory held")
+      ->capture_default_str();
+  cmd->add_option("--spin-sm-percent", opt->spin_sm_percent, "nccl_spin: survivors' mean SM utilization at least")
+      ->capture_default_str();
+  cmd->add_option("--spin-minutes", opt->spin_minutes, "nccl_spin: seen spinning for at least (at most --sample)")
       ->capture_default_str();
   cmd->callback([opt, &run] { run = [opt] { return run_trace(*opt); }; });
 }

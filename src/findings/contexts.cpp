@@ -223,6 +223,7 @@ std::vector<Finding> detect_orphaned_contexts(const NodeSnapshot& snap, const De
     f.severity = Severity::critical;
     f.pid = dead;
     f.device = l.device_index;
+    f.bytes = l.entry.used_memory;
     const std::string memory =
         l.entry.used_memory ? fmt::format("{} MiB", *l.entry.used_memory >> 20) : "memory n/a";
     const proc::Process* now = snap.pid_now(l);

@@ -19,6 +19,8 @@ std::string_view to_string(Kind k) {
     case Kind::hidden_holder: return "hidden_holder";
     case Kind::ghost_memory: return "ghost_memory";
     case Kind::nccl_missing_rank: return "nccl_missing_rank";
+    case Kind::idle_holder: return "idle_holder";
+    case Kind::nccl_spin: return "nccl_spin";
   }
   return "unknown";
 }
@@ -208,6 +210,7 @@ std::vector<Finding> detect_ghost_memory(const NodeSnapshot& snap, const DetectO
     if (d.memory->reserved) {
       // v2: `used` excludes reserved memory; any used memory with no process listed is a ghost.
       if (!d.processes.empty() || d.memory->used < opt.ghost_threshold_bytes) continue;
+      f.bytes = d.memory->used;
       f.message = fmt::format(
           "GPU {} ({}) has {} MiB used by v2 accounting (reserved {} MiB not counted) and the "
           "driver lists no process",
@@ -224,6 +227,7 @@ std::vector<Finding> detect_ghost_memory(const NodeSnapshot& snap, const DetectO
       if (!known) continue;  // a process of unknown size may explain it all
       const std::uint64_t unexplained = d.memory->used > listed ? d.memory->used - listed : 0;
       if (unexplained < opt.ghost_threshold_bytes + opt.v1_reserved_allowance_bytes) continue;
+      f.bytes = unexplained;
       f.message = fmt::format(
           "GPU {} ({}) has {} MiB used by v1 accounting (reserved memory included: the driver "
           "has no v2 memory info), {} MiB of it explained by no listed process: more than the "
@@ -242,11 +246,108 @@ std::vector<Finding> detect_ghost_memory(const NodeSnapshot& snap, const DetectO
   return out;
 }
 
+std::vector<Finding> detect_idle_holders(const NodeSnapshot& snap, const DetectOptions& opt) {
+  std::vector<Finding> out;
+  if (!snap.activity) return out;
+  const gpu::Activity& activity = *snap.activity;
+  for (const auto& l : snap.listings) {
+    if (node::names_gone_process(l.match) || !l.record || !l.entry.used_memory) continue;
+    if (*l.entry.used_memory < opt.idle_min_bytes) continue;
+    const gpu::DeviceActivity* dev = activity.device(l.device_index);
+    const gpu::ProcessActivity* a = activity.find(l.device_index, l.entry.pid);
+    if (dev == nullptr || !dev->supported || a == nullptr || a->idle_s < opt.idle_seconds) continue;
+    const ProcessRecord& r = snap.records[*l.record];
+    if (r.process.zombie()) continue;
+    Finding f;
+    f.kind = Kind::idle_holder;
+    f.severity = Severity::warning;
+    f.pid = r.process.pid;
+    f.device = l.device_index;
+    f.bytes = l.entry.used_memory;
+    f.message = fmt::format(
+        "{} holds {} MiB on GPU {} and has run nothing on it (0 % SM) for {:.1f} min (sampled every {:.0f} s)",
+        describe(r), *l.entry.used_memory >> 20, l.device_index, a->idle_s / 60, activity.period_s);
+    f.advice =
+        "An idle holder keeps the GPU from every other pod: stop it or its pod if it is a forgotten "
+        "notebook or a stuck job; a job waiting on a dead peer shows up as nccl_missing_rank.";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::vector<Finding> detect_nccl_spin(const NodeSnapshot& snap, const std::vector<Finding>& missing_ranks,
+                                      const DetectOptions& opt) {
+  std::vector<Finding> out;
+  if (!snap.activity) return out;
+  const gpu::Activity& activity = *snap.activity;
+  for (const auto& m : missing_ranks) {
+    if (m.kind != Kind::nccl_missing_rank || !m.group || m.group->survivors.empty()) continue;
+    double sm_min = 100;
+    double seen_min = -1;
+    std::uint64_t drift = 0;
+    bool all_judged = true;
+    for (const auto& s : m.group->survivors) {
+      const ProcessRecord* r = snap.find(s.pid);
+      bool judged = false;
+      // The survivor's own listings (the driver may list it under a local PID).
+      for (std::size_t li : r != nullptr ? r->listings : std::vector<std::size_t>{}) {
+        const auto& l = snap.listings[li];
+        const gpu::DeviceActivity* dev = activity.device(l.device_index);
+        const gpu::ProcessActivity* a = activity.find(l.device_index, l.entry.pid);
+        if (dev == nullptr || !dev->supported || a == nullptr || !a->sm_mean) continue;
+        judged = true;
+        sm_min = std::min(sm_min, *a->sm_mean);
+        seen_min = seen_min < 0 ? a->observed_s : std::min(seen_min, a->observed_s);
+        if (a->memory_min && a->memory_max) drift = std::max(drift, *a->memory_max - *a->memory_min);
+      }
+      all_judged = all_judged && judged;
+    }
+    if (!all_judged || sm_min < opt.spin_sm_percent || seen_min < opt.spin_seconds ||
+        drift > opt.spin_memory_tolerance_bytes) {
+      continue;
+    }
+    const NcclGroup& g = *m.group;
+    Finding f;
+    f.kind = Kind::nccl_spin;
+    f.severity = Severity::critical;
+    f.pid = m.pid;
+    f.device = m.device;
+    f.bytes = g.survivor_memory;
+    f.group = m.group;
+    std::string pids;
+    for (const auto& s : g.survivors) pids += fmt::format("{}{}", pids.empty() ? "" : ", ", s.pid);
+    std::string missing;
+    for (int r : g.missing_local_ranks) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
+    f.message = fmt::format(
+        "torch.distributed job{} ({}): local rank(s) {} are gone and the survivors (pids {}) have spun at "
+        "{:.0f} % SM or more for {:.1f} min with flat memory (moved {} MiB), holding {} MiB: NCCL waits "
+        "for the dead peer",
+        g.run_id.empty() ? "" : " " + g.run_id, g.scope, missing, pids, sm_min, seen_min / 60, drift >> 20,
+        g.survivor_memory >> 20);
+    f.advice =
+        "Delete the pod (or kill the survivors) now: NCCL has no collective timeout. Fix the job: "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING on and a short init_process_group(timeout=...).";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 std::vector<Finding> detect_all(const NodeSnapshot& snap, const DetectOptions& opt) {
+  std::vector<Finding> nccl = detect_nccl_missing_ranks(snap);
+  std::vector<Finding> spin = detect_nccl_spin(snap, nccl, opt);
+  // One root cause: a spinning job's missing-rank finding is related to its spin.
+  for (auto& s : spin) {
+    auto it = std::find_if(nccl.begin(), nccl.end(), [&s](const Finding& n) { return n.group == s.group; });
+    if (it == nccl.end()) continue;
+    s.related.push_back(std::move(*it));
+    nccl.erase(it);
+  }
   std::vector<Finding> parts[] = {detect_orphaned_contexts(snap, opt),
                                   detect_latent_orphaned_contexts(snap),
                                   detect_ghost_memory(snap, opt),
-                                  detect_nccl_missing_ranks(snap),
+                                  std::move(spin),
+                                  std::move(nccl),
+                                  detect_idle_holders(snap, opt),
                                   detect_zombies(snap),
                                   detect_orphans(snap),
                                   detect_hidden_holders(snap, opt)};

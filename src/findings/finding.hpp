@@ -25,9 +25,21 @@ enum class Kind {
   hidden_holder,
   ghost_memory,
   nccl_missing_rank,
+  // A live listed process holding GPU memory at 0 % SM for the idle threshold
+  // (utilization sampled over time).
+  idle_holder,
+  // A torch.distributed job with missing ranks whose survivors run near
+  // 100 % SM with flat memory: the NCCL hang, seen happening.
+  nccl_spin,
 };
+// Every kind, in the order the detectors report them (for renderers that
+// list all kinds, with zero counts too).
+inline constexpr Kind kAllKinds[] = {Kind::orphaned_context, Kind::latent_orphaned_context, Kind::ghost_memory,
+                                     Kind::nccl_spin, Kind::nccl_missing_rank, Kind::idle_holder, Kind::zombie,
+                                     Kind::orphan, Kind::hidden_holder};
 // info does not make a check fail; warning and critical do (exit 1).
 enum class Severity { info, warning, critical };
+inline constexpr Severity kAllSeverities[] = {Severity::info, Severity::warning, Severity::critical};
 
 std::string_view to_string(Kind k);
 std::string_view to_string(Severity s);
@@ -89,6 +101,9 @@ struct Finding {
   Severity severity = Severity::warning;
   std::optional<pid_t> pid;            // subject process (dead PID for orphaned_context)
   std::optional<unsigned> device;      // GPU index where it applies
+  // The GPU memory at stake, where one is known: an orphaned context's, the
+  // unexplained ghost bytes, an idle holder's, an NCCL job's survivors'.
+  std::optional<std::uint64_t> bytes;
   std::string message;                 // what is wrong, with evidence
   std::string advice;                  // what to do
   std::vector<Holder> holders;         // orphaned_context and latent_orphaned_context
@@ -130,6 +145,15 @@ struct DetectOptions {
                                             "nvidia-smi", "nvitop", "nvidia-persiste",
                                             "gpureap", "nvtop", "gpustat"};
   ContextEvidenceRule context_evidence;
+  // idle_holder: holds at least this much at 0 % SM for at least this long.
+  std::uint64_t idle_min_bytes = 512ULL << 20;
+  double idle_seconds = 600;
+  // nccl_spin: every survivor of a job with missing ranks at a mean SM of at
+  // least this, seen for at least `spin_seconds`, its memory moving by no more
+  // than the tolerance.
+  double spin_sm_percent = 90;
+  double spin_seconds = 60;
+  std::uint64_t spin_memory_tolerance_bytes = 64ULL << 20;
 };
 
 std::vector<Finding> detect_zombies(const node::NodeSnapshot& snap);
@@ -146,10 +170,19 @@ std::vector<Finding> detect_ghost_memory(const node::NodeSnapshot& snap, const D
 // torch.distributed jobs on this node with local ranks missing while the others hold
 // GPU memory (src/findings/nccl.cpp; docs/nccl.md).
 std::vector<Finding> detect_nccl_missing_ranks(const node::NodeSnapshot& snap);
+// Listed, live processes holding at least idle_min_bytes at 0 % SM for
+// idle_seconds, by the snapshot's activity window (none without one).
+std::vector<Finding> detect_idle_holders(const node::NodeSnapshot& snap, const DetectOptions& opt);
+// The nccl_missing_rank findings whose survivors all spin (mean SM >=
+// spin_sm_percent over spin_seconds, memory flat): one nccl_spin each, sharing
+// the job's group.
+std::vector<Finding> detect_nccl_spin(const node::NodeSnapshot& snap, const std::vector<Finding>& missing_ranks,
+                                      const DetectOptions& opt);
 // The environ keys detect_nccl_missing_ranks reads: the snapshot must keep them.
 std::vector<std::string> nccl_env_keys();
 // All detectors, in a stable order, one finding per root cause: orphan and
-// hidden_holder findings about a context's named holders become its `related`.
+// hidden_holder findings about a context's named holders become its `related`,
+// and a spinning job's nccl_missing_rank becomes its nccl_spin's.
 std::vector<Finding> detect_all(const node::NodeSnapshot& snap, const DetectOptions& opt = {});
 // The folding detect_all does, on its own (for tests and other orderings).
 void group_related(std::vector<Finding>& findings);

@@ -313,6 +313,7 @@ std::optional<Finding> judge(const NodeSnapshot& snap, Group& g) {
   f.kind = Kind::nccl_missing_rank;
   f.severity = any_hang ? Severity::critical : Severity::warning;
   f.pid = info.survivors.front().pid;
+  f.bytes = info.survivor_memory;
   std::set<unsigned> devices;
   for (const auto& s : info.survivors) devices.insert(s.gpus.begin(), s.gpus.end());
   if (devices.size() == 1) f.device = *devices.begin();

@@ -1,11 +1,17 @@
 // The backend factory: one place that turns `--gpu SPEC` into a backend.
 #include "gpu/backend.hpp"
 
+#include <cerrno>
+
 #include "gpu/basic_backends.hpp"
 #include "gpu/nvml_backend.hpp"
 #include "gpu/sim_backend.hpp"
 
 namespace gpureap::gpu {
+
+sys::Result<std::vector<DeviceUtilization>> GpuBackend::process_utilization(std::uint64_t /*since_us*/) {
+  return sys::Error{ENOTSUP, "GPU backend '" + std::string(name()) + "' has no per-process utilization"};
+}
 
 sys::Result<std::unique_ptr<GpuBackend>> make_backend(std::string_view spec, const sys::HostRoot& root) {
   // auto = NVML; when libnvidia-ml is missing or reports no devices, the NVML

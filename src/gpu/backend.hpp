@@ -27,6 +27,14 @@ class GpuBackend {
   // descriptors here, so that one holding none is not the owner: true for a
   // live driver; a replayed snapshot may describe another machine.
   [[nodiscard]] virtual bool listed_processes_hold_descriptors() const { return true; }
+  // Per-process SM utilization of every device since `since_us` (0: all the
+  // driver keeps). An Error when the backend cannot sample at all (the
+  // default: JSON replay and none have no clock of their own).
+  virtual sys::Result<std::vector<DeviceUtilization>> process_utilization(std::uint64_t since_us);
+  // True once a driver call never returned: a thread is stuck inside the
+  // driver's library, so the process must end without running its exit-time
+  // destructors (the library's own may wait on that thread forever).
+  [[nodiscard]] virtual bool hung() const { return false; }
 };
 
 // Parses "auto" | "nvml" | "sim" | "json:FILE" | "none". Bad specs are an Error naming the value.

@@ -39,4 +39,25 @@ struct GpuSnapshot {
   bool operator==(const GpuSnapshot&) const = default;
 };
 
+// One process's utilization as nvmlDeviceGetProcessUtilization reports it.
+struct UtilizationSample {
+  std::uint32_t pid = 0;          // as the driver reports it (caller's PID namespace)
+  std::uint64_t timestamp_us = 0; // CPU time of the sample, microseconds since the epoch
+  unsigned sm_percent = 0;
+  unsigned memory_percent = 0;
+  bool operator==(const UtilizationSample&) const = default;
+};
+
+// One device's answer since a timestamp. Only processes with non-zero
+// utilization are listed: a listed process that is absent was idle (0 %).
+struct DeviceUtilization {
+  unsigned index = 0;
+  // False where the driver cannot say (MIG, old GPUs): absence then means
+  // nothing, so no process may be judged idle.
+  bool supported = true;
+  std::string unsupported_reason;
+  std::vector<UtilizationSample> samples;
+  bool operator==(const DeviceUtilization&) const = default;
+};
+
 }  // namespace gpureap::gpu

@@ -22,6 +22,7 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -51,7 +52,9 @@ struct DeviceOpaque;
 using Device = DeviceOpaque*;  // nvmlDevice_t is an opaque pointer
 
 constexpr Return kSuccess = 0;
+constexpr Return kErrorInvalidArgument = 2;
 constexpr Return kErrorNotSupported = 3;
+constexpr Return kErrorNotFound = 6;
 constexpr Return kErrorInsufficientSize = 7;
 constexpr Return kErrorFunctionNotFound = 13;
 
@@ -77,6 +80,17 @@ struct MemoryV2 {  // nvmlMemory_v2_t
   unsigned long long free;
   unsigned long long used;  // excludes reserved memory
 };
+
+struct ProcessUtilizationSample {  // nvmlProcessUtilizationSample_t
+  unsigned int pid;
+  unsigned long long timeStamp;  // CPU time, microseconds
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
+static_assert(sizeof(ProcessUtilizationSample) == 32 && offsetof(ProcessUtilizationSample, timeStamp) == 8 &&
+              offsetof(ProcessUtilizationSample, smUtil) == 16 && offsetof(ProcessUtilizationSample, memUtil) == 20);
 
 static_assert(sizeof(ProcessInfoV1) == 16 && offsetof(ProcessInfoV1, usedGpuMemory) == 8);
 static_assert(sizeof(ProcessInfoV2) == 24 && offsetof(ProcessInfoV2, usedGpuMemory) == 8 &&
@@ -112,6 +126,7 @@ using MemoryV1Fn = Return (*)(Device, Memory*);
 using MemoryV2Fn = Return (*)(Device, MemoryV2*);
 using ProcessesV1Fn = Return (*)(Device, unsigned int*, ProcessInfoV1*);
 using ProcessesV2Fn = Return (*)(Device, unsigned int*, ProcessInfoV2*);
+using UtilizationFn = Return (*)(Device, ProcessUtilizationSample*, unsigned int*, unsigned long long);
 
 // Names of the codes in FACTS.md, for libraries without nvmlErrorString.
 const char* fallback_error_name(Return rc) {
@@ -163,6 +178,7 @@ struct Library {
   nvml::MemoryV1Fn memory_v1 = nullptr;
   std::vector<ProcessQuery> compute;   // newest first
   std::vector<ProcessQuery> graphics;  // newest first
+  nvml::UtilizationFn process_utilization = nullptr;
 
   std::atomic<bool> initialized{false};  // nvmlInit succeeded: nvmlShutdown is owed
   std::atomic<bool> abandoned{false};    // a call timed out: never call, shut down or unload
@@ -258,6 +274,7 @@ std::pair<std::shared_ptr<Library>, std::string> load_library(const std::vector<
     lib->memory_v1 = find_symbol<nvml::MemoryV1Fn>(handle, "nvmlDeviceGetMemoryInfo");
     lib->compute = process_queries(handle, "nvmlDeviceGetComputeRunningProcesses");
     lib->graphics = process_queries(handle, "nvmlDeviceGetGraphicsRunningProcesses");
+    lib->process_utilization = find_symbol<nvml::UtilizationFn>(handle, "nvmlDeviceGetProcessUtilization");
     return {std::move(lib), {}};
   }
   std::string first = names.empty() ? std::string("libnvidia-ml") : names.front();
@@ -587,6 +604,86 @@ SnapshotOutcome do_snapshot(Calls<SnapshotOutcome>& calls) {
   return {std::move(snap)};
 }
 
+struct UtilizationOutcome {
+  sys::Result<std::vector<DeviceUtilization>> value;
+  static UtilizationOutcome thread_failed(const char* what) {
+    return {sys::Error{0, std::string("NVML: cannot start a thread: ") + what}};
+  }
+};
+
+// One device's samples since `since_us`. NOT_FOUND is the driver's "no process
+// was busy" (FACTS.md): every listed process was idle. The buffer is sized like
+// the process lists (a NULL buffer may give INVALID_ARGUMENT, so a first guess
+// is offered then); NOT_SUPPORTED (MIG, old GPUs) marks the device unsupported.
+DeviceUtilization fetch_utilization(const Library& lib, nvml::Device dev, unsigned index,
+                                    unsigned long long since_us) {
+  DeviceUtilization out;
+  out.index = index;
+  constexpr int kAttempts = 5;
+  constexpr unsigned kFirstGuess = 64;
+  constexpr unsigned kMaxSamples = 1U << 16;
+  std::vector<nvml::ProcessUtilizationSample> buffer;
+  unsigned capacity = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    unsigned count = capacity;
+    const nvml::Return rc = lib.process_utilization(dev, capacity == 0 ? nullptr : buffer.data(), &count, since_us);
+    if (rc == nvml::kSuccess) {
+      const std::size_t n = std::min<std::size_t>(count, capacity);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto& e = buffer[i];
+        if (e.pid == 0 || e.pid == 0xFFFFFFFFU) continue;  // no real process has either
+        out.samples.push_back(UtilizationSample{e.pid, e.timeStamp, e.smUtil, e.memUtil});
+      }
+      return out;
+    }
+    if (rc == nvml::kErrorNotFound) return out;
+    if (rc == nvml::kErrorNotSupported) {
+      out.supported = false;
+      out.unsupported_reason = "nvmlDeviceGetProcessUtilization: " + lib.describe(rc) + " (MIG or an older GPU)";
+      return out;
+    }
+    if (rc == nvml::kErrorInvalidArgument && capacity == 0) {
+      count = kFirstGuess;
+    } else if (rc != nvml::kErrorInsufficientSize || count > kMaxSamples) {
+      out.supported = false;
+      out.unsupported_reason = "nvmlDeviceGetProcessUtilization: " + lib.describe(rc);
+      return out;
+    }
+    capacity = std::max(count + count / 2 + 4, capacity * 2);
+    buffer.assign(capacity, nvml::ProcessUtilizationSample{});
+  }
+  out.supported = false;
+  out.unsupported_reason = "nvmlDeviceGetProcessUtilization: the list kept growing";
+  return out;
+}
+
+UtilizationOutcome do_utilization(Calls<UtilizationOutcome>& calls, unsigned long long since_us) {
+  Library& lib = calls.lib();
+  const UtilizationOutcome gave_up{sys::Error{0, "NVML: abandoned"}};  // nobody reads it
+  unsigned count = 0;
+  if (!calls.enter(lib.count_name)) return gave_up;
+  nvml::Return rc = lib.get_count(&count);
+  if (rc != nvml::kSuccess) return {sys::Error{0, "NVML: " + lib.count_name + " failed: " + lib.describe(rc)}};
+  std::vector<DeviceUtilization> devices;
+  for (unsigned i = 0; i < count; ++i) {
+    const std::string gpu = "(GPU " + std::to_string(i) + ")";
+    nvml::Device dev = nullptr;
+    if (!calls.enter(lib.handle_name + gpu)) return gave_up;
+    if (lib.get_handle(i, &dev) != nvml::kSuccess) continue;  // as in a snapshot: skip it
+    if (lib.process_utilization == nullptr) {
+      DeviceUtilization d;
+      d.index = i;
+      d.supported = false;
+      d.unsupported_reason = "the library exports no nvmlDeviceGetProcessUtilization";
+      devices.push_back(std::move(d));
+      continue;
+    }
+    if (!calls.enter("nvmlDeviceGetProcessUtilization" + gpu)) return gave_up;
+    devices.push_back(fetch_utilization(lib, dev, i, since_us));
+  }
+  return {std::move(devices)};
+}
+
 // ---------------------------------------------------------------------------
 
 class NvmlBackend final : public GpuBackend {
@@ -643,6 +740,22 @@ class NvmlBackend final : public GpuBackend {
     return std::move(outcome->value);
   }
 
+  sys::Result<std::vector<DeviceUtilization>> process_utilization(std::uint64_t since_us) override {
+    if (!stuck_.empty()) return sys::Error{0, stuck_};
+    if (!lib_ || !lib_->initialized.load() || !reason_.empty()) {
+      return sys::Error{ENODEV, reason_.empty() ? std::string("NVML: not initialised") : reason_};
+    }
+    std::string stuck;
+    auto outcome = run_bounded<UtilizationOutcome>(
+        lib_, options_.call_timeout,
+        [since_us](Calls<UtilizationOutcome>& calls) { return do_utilization(calls, since_us); }, stuck);
+    if (!outcome) {
+      stuck_ = timeout_message(stuck, options_.call_timeout);
+      return sys::Error{0, stuck_};
+    }
+    return std::move(outcome->value);
+  }
+
   [[nodiscard]] proc::DeviceMatcher device_matcher() const override {
     // The nodes found under the host root, plus what NVML told us in case
     // /dev is not visible there (a container without the host's /dev): the
@@ -664,6 +777,7 @@ class NvmlBackend final : public GpuBackend {
   }
 
   [[nodiscard]] std::string unavailable_reason() const override { return reason_; }
+  [[nodiscard]] bool hung() const override { return !stuck_.empty(); }
 
  private:
   sys::HostRoot root_;

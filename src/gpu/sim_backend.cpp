@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -45,6 +46,7 @@ bool for_each_entry(int dir_fd, const char* rel, F&& fn) {
 struct CtxFile {
   sim::ContextName name;
   std::uint64_t bytes = 0;
+  unsigned sm_percent = 0;
   dev_t dev = 0;
   ino_t ino = 0;
   std::vector<pid_t> holders;  // pids in the host root's /proc
@@ -117,6 +119,48 @@ class SimBackend final : public GpuBackend {
     return snap;
   }
 
+  // The sim driver's nvmlDeviceGetProcessUtilization: a held context whose
+  // creator is alive runs at its file's "sm" percent; idle ones (0 %), and those
+  // whose creator is gone (an inherited context does no work), are absent, as
+  // NVML leaves out processes without utilization. Holders are scanned only
+  // when some context is busy.
+  sys::Result<std::vector<DeviceUtilization>> process_utilization(std::uint64_t since_us) override {
+    const std::string config_path = dir_ + "/config.json";
+    auto text = sys::read_file_at(AT_FDCWD, config_path.c_str(), config_path);
+    if (!text) {
+      if (text.error().vanished()) return std::vector<DeviceUtilization>{};
+      return text.error();
+    }
+    auto config = parse_sim_config(*text, config_path);
+    if (!config) return config.error();
+    auto contexts = list_contexts();
+    contexts.erase(std::remove_if(contexts.begin(), contexts.end(), [](const CtxFile& c) { return c.sm_percent == 0; }),
+                   contexts.end());
+    if (!contexts.empty()) find_holders(contexts);
+    const auto now_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    std::vector<DeviceUtilization> out;
+    for (std::size_t i = 0; i < config->devices.size(); ++i) {
+      DeviceUtilization d;
+      d.index = static_cast<unsigned>(i);
+      std::map<pid_t, unsigned> by_pid;
+      for (const auto& c : contexts) {
+        if (c.name.device != d.index || c.holders.empty()) continue;
+        const pid_t pid = reported_pid(c);
+        if (std::find(c.holders.begin(), c.holders.end(), pid) == c.holders.end()) continue;  // creator gone
+        by_pid[pid] = std::min(100U, by_pid[pid] + c.sm_percent);
+      }
+      if (now_us > since_us) {
+        for (const auto& [pid, sm] : by_pid) {
+          d.samples.push_back(UtilizationSample{static_cast<std::uint32_t>(pid), now_us, sm, 0});
+        }
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
   [[nodiscard]] proc::DeviceMatcher device_matcher() const override {
     proc::DeviceMatcher m;
     const std::string dev = dir_ + "/dev";
@@ -163,11 +207,9 @@ class SimBackend final : public GpuBackend {
         return;
       auto content = sys::read_file_at(fd, name.c_str(), name);
       if (!content) return;  // released and removed between listing and reading
-      std::string_view body(*content);
-      while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.remove_suffix(1);
-      auto bytes = parse_number<std::uint64_t>(body);
-      if (!bytes) return;
-      out.push_back(CtxFile{*parsed, *bytes, st.st_dev, st.st_ino, {}});
+      auto body = sim::parse_context_content(*content);
+      if (!body) return;
+      out.push_back(CtxFile{*parsed, body->bytes, body->sm_percent, st.st_dev, st.st_ino, {}});
     });
     return out;
   }

@@ -171,10 +171,38 @@ std::string context_name(const ContextName& name) {
          std::to_string(name.serial);
 }
 
-sys::Result<Context> create_context(const std::string& dir, unsigned device_index, std::uint64_t bytes) {
+std::optional<ContextContent> parse_context_content(std::string_view text) {
+  ContextContent out;
+  bool first = true;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+    if (first) {
+      auto bytes = parse_number<std::uint64_t>(line);
+      if (!bytes) return std::nullopt;
+      out.bytes = *bytes;
+      first = false;
+    } else if (line.substr(0, 3) == "sm ") {
+      auto sm = parse_number<unsigned>(line.substr(3));
+      if (!sm || *sm > 100) return std::nullopt;
+      out.sm_percent = *sm;
+    } else if (!line.empty()) {
+      return std::nullopt;
+    }
+  }
+  if (first) return std::nullopt;
+  return out;
+}
+
+sys::Result<Context> create_context(const std::string& dir, unsigned device_index, std::uint64_t bytes,
+                                    unsigned sm_percent) {
+  if (sm_percent > 100) return sys::Error{EINVAL, "sm utilization " + std::to_string(sm_percent) + " % is over 100"};
   Context ctx;
   ctx.device_ = device_index;
   ctx.bytes_ = bytes;
+  ctx.sm_percent_ = sm_percent;
   // Device files first: a missing device fails before anything is created.
   for (const std::string& name : {"nvidia" + std::to_string(device_index), std::string("nvidiactl"),
                                  std::string("nvidia-uvm")}) {
@@ -198,7 +226,9 @@ sys::Result<Context> create_context(const std::string& dir, unsigned device_inde
   }
   const std::string ctx_dir = dir + "/ctx";
   const pid_t self = ::getpid();
-  auto tmp = write_temp(ctx_dir, "gpu" + std::to_string(device_index), std::to_string(bytes) + "\n");
+  std::string content = std::to_string(bytes) + "\n";
+  if (sm_percent != 0) content += "sm " + std::to_string(sm_percent) + "\n";
+  auto tmp = write_temp(ctx_dir, "gpu" + std::to_string(device_index), content);
   if (!tmp) return tmp.error();
   // First free serial: a reused pid must not collide with a stale file of its predecessor.
   for (unsigned serial = 0;; ++serial) {

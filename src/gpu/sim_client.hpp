@@ -7,7 +7,9 @@
 //   dev/nvidia0..N-1, dev/nvidiactl, dev/nvidia-uvm
 //                                plain files standing in for the device nodes
 //   ctx/gpu<I>-pid<P>-<n>        one context: created by pid P on device I; content =
-//                                the bytes it holds, in decimal, then '\n'
+//                                the bytes it holds, in decimal, then '\n'; then
+//                                optionally "sm <percent>\n": the SM utilization
+//                                its creator runs at while alive (default 0: idle)
 // A context is held while any process holds descriptors of both its file and
 // its device file dev/nvidia<I> (fork-inherited ones included), as the real
 // driver holds device memory while any descriptor of the context is open
@@ -101,6 +103,7 @@ class Context {
   [[nodiscard]] const std::string& path() const { return path_; }  // ctx file
   [[nodiscard]] unsigned device() const { return device_; }
   [[nodiscard]] std::uint64_t bytes() const { return bytes_; }
+  [[nodiscard]] unsigned sm_percent() const { return sm_percent_; }
   [[nodiscard]] int fd() const { return ctx_fd_.get(); }
   [[nodiscard]] bool held() const { return ctx_fd_.valid(); }
 
@@ -108,10 +111,12 @@ class Context {
   sys::Status release();
 
  private:
-  friend sys::Result<Context> create_context(const std::string& dir, unsigned device_index, std::uint64_t bytes);
+  friend sys::Result<Context> create_context(const std::string& dir, unsigned device_index, std::uint64_t bytes,
+                                             unsigned sm_percent);
   std::string path_;
   unsigned device_ = 0;
   std::uint64_t bytes_ = 0;
+  unsigned sm_percent_ = 0;
   sys::UniqueFd ctx_fd_;
   std::vector<sys::UniqueFd> device_fds_;  // dev/nvidiaN, nvidiactl, nvidia-uvm
   std::vector<Mapping> mappings_;          // dev/nvidiaN, nvidia-uvm
@@ -119,8 +124,19 @@ class Context {
 
 // Creates ctx/gpu<device_index>-pid<getpid()>-<n> (first free n) holding `bytes`
 // and opens the device files like a CUDA process. Fails when the sim dir has no
-// dev/nvidia<device_index> (not initialised, or no such device).
-sys::Result<Context> create_context(const std::string& dir, unsigned device_index, std::uint64_t bytes);
+// dev/nvidia<device_index> (not initialised, or no such device). `sm_percent`
+// (0-100) is the SM utilization the sim driver reports for it while its
+// creator lives.
+sys::Result<Context> create_context(const std::string& dir, unsigned device_index, std::uint64_t bytes,
+                                    unsigned sm_percent = 0);
+
+// A context file's content, parsed: "<bytes>\n" then optional "sm <percent>\n".
+struct ContextContent {
+  std::uint64_t bytes = 0;
+  unsigned sm_percent = 0;
+  bool operator==(const ContextContent&) const = default;
+};
+std::optional<ContextContent> parse_context_content(std::string_view text);
 
 // The name of a context file, parsed: "gpu0-pid123-4" -> {0, 123, 4}.
 struct ContextName {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "container/container_ref.hpp"
+#include "gpu/activity.hpp"
 #include "gpu/gpu_snapshot.hpp"
 #include "proc/process.hpp"
 #include "proc/scan.hpp"
@@ -77,6 +78,9 @@ struct NodeSnapshot {
   // driver or the simulated device). False for a snapshot replayed on a machine
   // without NVIDIA nodes, where holding none proves nothing (no `stale` match).
   bool gpu_descriptors_visible = false;
+  // Utilization over the sampling window (exporter, `trace --sample S`);
+  // nullopt when not sampled: then nothing is judged idle or spinning.
+  std::optional<gpu::Activity> activity;
 
   [[nodiscard]] const ProcessRecord* find(pid_t pid) const;
   // For a `stale` listing, the process that has its PID now; else null.

@@ -68,6 +68,14 @@ std::string json_text(const nlohmann::json& doc, int indent = 2);
 // Writes text to `out` and flushes; false when either failed.
 [[nodiscard]] bool write_text(std::FILE* out, const std::string& text);
 
+// node-problem-detector reads at most 80 bytes of a plugin's stdout.
+inline constexpr std::size_t kCheckLineBytes = 80;
+// gpureap check's line: "OK: ..." or "<kind>: <the worst root cause>[ +N more]",
+// at most kCheckLineBytes bytes, one line (pure).
+std::string render_check_line(const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found);
+// `line` on one line, cut to `max_bytes` at a UTF-8 boundary.
+std::string fit_line(std::string line, std::size_t max_bytes = kCheckLineBytes);
+
 // Helpers shared by the renderers of other subcommands.
 std::string format_bytes(std::uint64_t bytes);
 bool gpu_related(const node::ProcessRecord& r);

@@ -37,8 +37,10 @@ constexpr const char* kHelp = R"(usage: gpureap-worker MODE [options]
 
 Modes (each prints one JSON line on stdout when ready, or {"event":"error"} when
 it fails; logs on stderr):
-  hold --gpu sim|cuda [--device N] [--bytes B] [--ignore-term | --term-cleanup]
+  hold --gpu sim|cuda [--device N] [--bytes B] [--sm-util P] [--ignore-term | --term-cleanup]
       Create a GPU context holding B bytes on device N, then pause forever.
+      --sm-util P     the SM utilization (0-100) the simulated driver reports
+                      for it (sim only; default 0: an idle holder)
       --ignore-term   SIGTERM set to SIG_IGN (the plan's bad worker)
       --term-cleanup  on SIGTERM print {"event":"sigterm"}, release the context
                       and exit 0 (the fixed worker)
@@ -60,6 +62,7 @@ it fails; logs on stderr):
       Initialise the sim directory (idempotent; the first config wins).
 
 Common options:
+  --tag TEXT        ignored: text a test puts in the command line (redaction tests)
   --sim-dir DIR     sim directory (else $GPUREAP_SIM_DIR, else
                     $GPUREAP_HOST_ROOT/run/gpureap/sim, else /run/gpureap/sim)
   --sim-devices N   devices created when hold/fork-after-init find the sim
@@ -83,6 +86,7 @@ struct Options {
   unsigned count = 1;
   std::optional<std::string> sim_dir;
   unsigned sim_devices = 1;
+  unsigned sm_util = 0;
   std::vector<std::string> child_argv;
 };
 
@@ -170,9 +174,11 @@ Result<Options> parse_args(int argc, char** argv) {
     if (a == "--exit-after-spawn") { o.exit_after_spawn = true; continue; }
     if (a == "--setsid") { o.setsid = true; continue; }
     if (a == "--gpu" || a == "--device" || a == "--bytes" || a == "--sim-dir" || a == "--sim-devices" ||
-        a == "--count" || a == "--children" || a == "--devices" || a == "--exit-after") {
+        a == "--count" || a == "--children" || a == "--devices" || a == "--exit-after" || a == "--sm-util" ||
+        a == "--tag") {
       auto v = need(i, a);
       if (!v) return v.error();
+      if (a == "--tag") continue;
       if (a == "--gpu") {
         if (*v != "sim" && *v != "cuda") return bad(*v);
         o.gpu = std::string(*v);
@@ -189,7 +195,9 @@ Result<Options> parse_args(int argc, char** argv) {
       } else {
         auto n = number<unsigned>(*v);
         if (!n) return bad(*v);
+        if (a == "--sm-util" && *n > 100) return bad(*v);
         if (a == "--device") o.device = *n;
+        else if (a == "--sm-util") o.sm_util = *n;
         else if (a == "--sim-devices" || a == "--devices") o.sim_devices = *n;
         else o.count = *n;  // --count, --children
       }
@@ -199,6 +207,7 @@ Result<Options> parse_args(int argc, char** argv) {
   }
   if (o.ignore_term && o.term_cleanup) return Error{0, "--ignore-term and --term-cleanup exclude each other"};
   if (o.exit_after_spawn && o.exit_after_s) return Error{0, "--exit-after-spawn and --exit-after exclude each other"};
+  if (o.sm_util != 0 && o.gpu != "sim") return Error{0, "--sm-util is for the simulated GPU (a CUDA worker's utilization is real)"};
   return o;
 }
 
@@ -231,7 +240,7 @@ Result<Holding> acquire(const Options& o) {
   }
   const std::string dir = sim_dir(o);
   if (auto st = sim::init_sim_dir(dir, sim::default_config(o.sim_devices)); !st) return st.error();
-  auto c = sim::create_context(dir, o.device, o.bytes);
+  auto c = sim::create_context(dir, o.device, o.bytes, o.sm_util);
   if (!c) return c.error();
   h.sim_ctx.emplace(std::move(*c));
   return h;

@@ -29,6 +29,15 @@
 //                     reserved 615 MiB; v1 used 615 MiB (reserved included)
 //   ghost_3g          GPU 0 lists no process yet holds 3 GiB: v2 used 3 GiB,
 //                     v1 used 3 GiB + 615 MiB; GPU 1 idle
+// Utilization (nvmlDeviceGetProcessUtilization): on GPU 0 pid 100 runs at 95 % SM
+// (two samples, 90 and 100, at timestamps 1000 and 2000 µs; only those after
+// lastSeenTimeStamp are returned), every other process is idle (absent); GPU 1
+// answers NOT_FOUND (nobody busy).
+//   util_unsupported  every utilization call returns 3 (MIG)
+//   util_null_invalid a NULL buffer gives 2 (INVALID_ARGUMENT), as some drivers do
+//   hang              also blocks utilization calls
+//   hang_later        compute calls answer 4 times (two snapshots), then block
+//                     like hang: a driver that hangs while the exporter runs
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -66,6 +75,12 @@ struct MemoryV2 {
   unsigned int version;
   unsigned long long total, reserved, free, used;
 };
+struct UtilizationSample {
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil, memUtil, encUtil, decUtil;
+};
+static_assert(sizeof(UtilizationSample) == 32);
 
 constexpr unsigned long long kGiB = 1ULL << 30;
 constexpr unsigned long long kMiB = 1ULL << 20;
@@ -84,6 +99,7 @@ struct State {
   std::string scenario;
   std::map<std::string, int> calls;
   int compute_calls = 0;  // GPU 0 compute calls with a buffer, for the growth flags
+  int all_compute_calls = 0;  // every compute call, for hang_later
 };
 
 State& state() {
@@ -129,6 +145,7 @@ int do_init(const char* name) {
     const char* env = std::getenv("FAKE_NVML_SCENARIO");
     state().scenario = env != nullptr ? env : "";
     state().compute_calls = 0;
+    state().all_compute_calls = 0;
   }
   if (has("hang_init")) block_until_released();
   if (has("init_fail")) return 9;
@@ -212,6 +229,14 @@ int fill(const std::vector<Proc>& procs, unsigned* count, void* infos, Layout la
 int compute(const char* name, Device dev, unsigned* count, void* infos, Layout layout) {
   count_call(name);
   if (has("hang")) block_until_released();
+  if (has("hang_later")) {
+    bool later = false;
+    {
+      std::lock_guard lock(state().mutex);
+      later = ++state().all_compute_calls > 4;
+    }
+    if (later) block_until_released();
+  }
   if (has("compute_denied")) return 4;
   bool with_buffer = count != nullptr && *count > 0;
   return fill(compute_list(index_of(dev), with_buffer, with_buffer ? *count : 0), count, infos, layout);
@@ -342,6 +367,32 @@ int nvmlDeviceGetMemoryInfo(Device dev, Memory* mem) {
   mem->free = mem->total - mem->used;
   return 0;
 }
+
+#ifndef FAKE_NVML_NO_UTILIZATION
+int nvmlDeviceGetProcessUtilization(Device dev, UtilizationSample* samples, unsigned* count,
+                                    unsigned long long last_seen) {
+  count_call("nvmlDeviceGetProcessUtilization");
+  if (has("hang")) block_until_released();
+  if (count == nullptr) return 2;
+  if (has("util_unsupported")) return 3;
+  std::vector<UtilizationSample> busy;
+  if (index_of(dev) == 0 && !gpu0_empty()) {
+    for (const UtilizationSample& s : {UtilizationSample{100, 1000, 90, 10, 0, 0},
+                                       UtilizationSample{100, 2000, 100, 12, 0, 0}}) {
+      if (s.timeStamp > last_seen) busy.push_back(s);
+    }
+  }
+  if (busy.empty()) return 6;  // NOT_FOUND: no process was busy since last_seen
+  if (samples == nullptr && has("util_null_invalid")) return 2;
+  if (samples == nullptr || *count < busy.size()) {
+    *count = static_cast<unsigned>(busy.size());
+    return 7;
+  }
+  for (std::size_t i = 0; i < busy.size(); ++i) samples[i] = busy[i];
+  *count = static_cast<unsigned>(busy.size());
+  return 0;
+}
+#endif
 
 #ifndef FAKE_NVML_NO_V3
 int nvmlDeviceGetComputeRunningProcesses_v3(Device dev, unsigned* count, void* infos) {

@@ -345,6 +345,63 @@ TEST(NvmlBackend, HangingInitTimesOut) {
   EXPECT_EQ(snap.error().message, reason);
 }
 
+TEST(NvmlUtilization, BusyProcessesAreListedAndAnIdleDeviceAnswersEmpty) {
+  Fake fake(kFull, "");
+  auto backend = make_nvml_backend(root(), options(kFull));
+  auto util = backend->process_utilization(0);
+  ASSERT_TRUE(util.ok()) << util.error().message;
+  ASSERT_EQ(util->size(), 2U);
+  const DeviceUtilization& d0 = (*util)[0];
+  EXPECT_TRUE(d0.supported);
+  EXPECT_EQ(d0.samples, (std::vector<UtilizationSample>{{100, 1000, 90, 10}, {100, 2000, 100, 12}}));
+  // NOT_FOUND is "nobody was busy": supported, no samples (every process idle).
+  EXPECT_TRUE((*util)[1].supported);
+  EXPECT_TRUE((*util)[1].samples.empty());
+  // Only samples after the last timestamp seen.
+  auto since = backend->process_utilization(1000);
+  ASSERT_TRUE(since.ok());
+  EXPECT_EQ((*since)[0].samples, (std::vector<UtilizationSample>{{100, 2000, 100, 12}}));
+}
+
+TEST(NvmlUtilization, ANullBufferRefusedAsInvalidIsRetriedWithOne) {
+  Fake fake(kFull, "util_null_invalid");
+  auto backend = make_nvml_backend(root(), options(kFull));
+  auto util = backend->process_utilization(0);
+  ASSERT_TRUE(util.ok()) << util.error().message;
+  EXPECT_EQ((*util)[0].samples.size(), 2U);
+}
+
+TEST(NvmlUtilization, MigOrAnOldLibraryMarksDevicesUnsupported) {
+  {
+    Fake fake(kFull, "util_unsupported");
+    auto backend = make_nvml_backend(root(), options(kFull));
+    auto util = backend->process_utilization(0);
+    ASSERT_TRUE(util.ok());
+    ASSERT_EQ(util->size(), 2U);
+    EXPECT_FALSE((*util)[0].supported);
+    EXPECT_TRUE(contains((*util)[0].unsupported_reason, "MIG")) << (*util)[0].unsupported_reason;
+  }
+  {
+    Fake fake(kLegacy, "");
+    auto backend = make_nvml_backend(root(), options(kLegacy));
+    auto util = backend->process_utilization(0);
+    ASSERT_TRUE(util.ok());
+    ASSERT_EQ(util->size(), 2U);
+    EXPECT_FALSE((*util)[1].supported);
+    EXPECT_TRUE(contains((*util)[1].unsupported_reason, "exports no")) << (*util)[1].unsupported_reason;
+  }
+}
+
+TEST(NvmlUtilization, AHungCallTimesOutAndNvmlIsNotCalledAgain) {
+  Fake fake(kFull, "hang");
+  auto backend = make_nvml_backend(root(), options(kFull, 200ms));
+  auto util = backend->process_utilization(0);
+  ASSERT_FALSE(util.ok());
+  EXPECT_TRUE(contains(util.error().message, "nvmlDeviceGetProcessUtilization(GPU 0)")) << util.error().message;
+  EXPECT_FALSE(backend->snapshot().ok());
+  EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 0);
+}
+
 // A host root with one node on disk and /proc/devices, and NVML's minors 4 and 5.
 TEST(NvmlBackend, DeviceMatcherJoinsHostNodesAndNvmlMinors) {
   char dir[] = "/tmp/gpu_nvml_root.XXXXXX";
