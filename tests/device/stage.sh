@@ -16,7 +16,11 @@ cp /usr/bin/fuser /usr/bin/lsof .devbin/peers/
 for lib in $(ldd /usr/bin/lsof | awk '/=> \// {print $3}'); do
   case $(basename "$lib") in libc.so*|libresolv.so*|libm.so*|ld-linux*) ;; *) cp -L "$lib" .devbin/lib/ ;; esac
 done
-cp -L /lib/x86_64-linux-gnu/libfmt.so.9 .devbin/lib/
+# gpureap's own shared libraries (fmt; the exporter's prometheus-cpp, civetweb,
+# yaml-cpp, OpenSSL): the GPU machine has glibc and libstdc++ only.
+for lib in $(ldd .devbin/gpureap | awk '/=> \// {print $3}'); do
+  case $(basename "$lib") in libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*) ;; *) cp -L "$lib" .devbin/lib/ ;; esac
+done
 # Debug info would not fit the device tool's 64 MiB.
 strip .devbin/gpureap .devbin/gpureap-worker-dynamic .devbin/bench_scan .devbin/bench_scan_run \
   .devbin/proc_unit_tests
