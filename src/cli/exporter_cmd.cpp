@@ -1,6 +1,7 @@
 // gpureap exporter: the node daemon for Prometheus (docs/exporter.md). Runs
 // until SIGTERM or SIGINT, taken synchronously (sigwaitinfo on the main
 // thread, blocked in every other), then stops serving and scanning.
+#include <malloc.h>
 #include <signal.h>
 
 #include <fmt/format.h>
@@ -76,6 +77,11 @@ int run_exporter(const ExporterCliOptions& o) {
     log_error(root.error().message);
     return kExitCouldNotCheck;
   }
+  // A daemon of several threads (scan, sampler, HTTP): glibc's arena per
+  // thread kept each scan's freed snapshot resident, 20 MiB against 12.5 MiB
+  // with two arenas and a low trim threshold (bench/exporter, 2,000 processes).
+  ::mallopt(M_ARENA_MAX, 2);
+  ::mallopt(M_TRIM_THRESHOLD, 128 * 1024);
   // Block the stop signals before any thread starts, so all inherit the mask
   // and only sigwaitinfo below takes them.
   sigset_t stop_signals;
