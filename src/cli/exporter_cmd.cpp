@@ -114,7 +114,7 @@ int run_exporter(const ExporterCliOptions& o) {
   for (int p : (*running)->ports()) ports += fmt::format("{}{}", ports.empty() ? "" : ",", p);
   // The ready line: tests and operators wait for it, never for a delay.
   fmt::print("gpureap exporter: listening on port {} ({})\n", ports, o.listen);
-  std::fflush(stdout);
+  (void)std::fflush(stdout);
   int taken = 0;
   do {
     taken = sigwaitinfo(&stop_signals, nullptr);
@@ -123,7 +123,7 @@ int run_exporter(const ExporterCliOptions& o) {
   if (!(*running)->stop()) {
     // A thread is stuck in the driver: exit-time destructors could wait on it forever.
     log_note("exporter: a driver call never returned; exiting without cleanup");
-    std::fflush(nullptr);
+    (void)std::fflush(nullptr);
     std::_Exit(kExitClean);
   }
   return kExitClean;
