@@ -130,6 +130,13 @@ stage() {
   put_dynamic "$worker_dyn" "$ctx/worker-dynamic" /usr/local/bin/gpureap-worker-dynamic
   put "$here/start-workers" "$ctx/worker-dynamic" /usr/local/bin/start-workers
   put_dynamic "$gpureap" "$ctx/gpureap" /usr/bin/gpureap
+  # civetweb loads libssl with dlopen for the exporter's TLS (web config).
+  local so path
+  for so in libssl.so.3 libcrypto.so.3; do
+    path=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ {print $NF; exit}')
+    [[ -n $path ]] || die "$so not found (package libssl3): the exporter's TLS loads it with dlopen"
+    put "$(readlink -f "$path")" "$ctx/gpureap" "/usr/lib/$(basename "$(dirname "$path")")/$so" 0644
+  done
 }
 
 stage_torch() {
