@@ -64,7 +64,13 @@ trap 'rm -rf "$ctx"' EXIT
 # image holds. Only regular files and directories (no links): COPY keeps them.
 
 need_file() { [[ -f $1 && -x $1 ]] || die "$1: missing or not executable ($2)"; }
-is_static() { ! readelf -lW "$1" 2>/dev/null | grep -q 'Requesting program interpreter'; }
+# (Whole outputs are read: an early-exiting reader would SIGPIPE the writer,
+# which pipefail turns into a failure.)
+is_static() {
+  local headers
+  headers=$(readelf -lW "$1" 2>/dev/null) || return 1
+  [[ $headers != *"Requesting program interpreter"* ]]
+}
 
 # put SRC DEST_ROOT PATH_IN_IMAGE [MODE]
 # ELF files lose their debug sections (a RelWithDebInfo gpureap is ~80 MB).
@@ -133,7 +139,7 @@ stage() {
   # civetweb loads libssl with dlopen for the exporter's TLS (web config).
   local so path
   for so in libssl.so.3 libcrypto.so.3; do
-    path=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ {print $NF; exit}')
+    path=$(ldconfig -p | awk -v n="$so" '$1 == n && /x86-64/ && !p {p = $NF} END {print p}')
     [[ -n $path ]] || die "$so not found (package libssl3): the exporter's TLS loads it with dlopen"
     put "$(readlink -f "$path")" "$ctx/gpureap" "/usr/lib/$(basename "$(dirname "$path")")/$so" 0644
   done
