@@ -25,6 +25,7 @@ packages=(
   debootstrap systemd-container      # the package test: a clean bookworm root, booted with systemd-nspawn
   dpkg-dev fakeroot file             # CPack's DEB generator: dpkg-shlibdeps for Depends, dpkg-deb
   shellcheck yamllint                # lint the deploy scripts and YAML
+  bc                                 # the deploy tests' elapsed-time arithmetic
 )
 
 missing=()
