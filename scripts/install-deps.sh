@@ -18,6 +18,14 @@ packages=(
   prometheus-cpp-dev libcivetweb-dev # gpureap exporter: the exposition and its HTTP server
   libyaml-cpp-dev libssl-dev libcrypt-dev  # the exporter's web config: YAML, TLS, bcrypt passwords
   prometheus curl                    # the exporter's integration test: a real server, promtool, a client
+  buildah skopeo                     # deploy/images: build the images, inspect and copy them between registries
+  docker-registry                    # the local pipeline's registry on loopback (tests/deploy/pipeline)
+  containerd                         # the local pipeline pulls and runs every image in containerd (runc)
+  bash-static busybox-static         # static bash and sleep for the FROM-scratch scenario images
+  debootstrap systemd-container      # the package test: a clean bookworm root, booted with systemd-nspawn
+  dpkg-dev fakeroot file             # CPack's DEB generator: dpkg-shlibdeps for Depends, dpkg-deb
+  shellcheck yamllint                # lint the deploy scripts and YAML
+  bc                                 # the deploy tests' elapsed-time arithmetic
 )
 
 missing=()
