@@ -18,7 +18,14 @@ packages=(
   prometheus-cpp-dev libcivetweb-dev # gpureap exporter: the exposition and its HTTP server
   libyaml-cpp-dev libssl-dev libcrypt-dev  # the exporter's web config: YAML, TLS, bcrypt passwords
   prometheus curl                    # the exporter's integration test: a real server, promtool, a client
+  yamllint                           # deploy tests: every YAML file of the repository, and the charts' rendered output
+  shellcheck                         # deploy tests: every shell script of the repository
+  docker-registry                    # deploy tests: a local OCI registry the charts are pushed to and pulled from
+  nodejs unzip                       # deploy tests: scripts/install-deploy-tools.sh (helm, kubectl, actionlint, kubernetes-models)
 )
+# npm: Debian's own package, unless a nodejs that provides npm (NodeSource's) is
+# installed already; asking for Debian's npm there would replace that nodejs.
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
