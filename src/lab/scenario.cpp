@@ -202,8 +202,9 @@ nlohmann::json scenarios_json() {
         {"forked_children", s.forked_children},
         {"worker_bytes", kWorkerBytes},
         {"parent_exit_after_seconds", kParentExitAfterS},
-        // what a pod of the charts execs on a real GPU (one worker, device 0)
-        {"worker_argv", worker_command(s, "gpureap-worker", 1, "cuda", 0, TimeScale{})}};
+        // what a pod of the charts execs on a real GPU (one worker, device 0): the
+        // dynamically linked worker, which dlopens libcuda, as the lab on a GPU
+        {"worker_argv", worker_command(s, "gpureap-worker-dynamic", 1, "cuda", 0, TimeScale{})}};
     if (s.has_prestop()) {
       j["prestop"] = {{"term_wait_seconds", s.prestop_term_wait_s},
                       {"argv", prestop_command(s, "gpureap", "nvml", TimeScale{})}};
