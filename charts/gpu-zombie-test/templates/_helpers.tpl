@@ -89,7 +89,8 @@ spec:
       image: {{ printf "%s:%s" $root.Values.image.repository $s.image_tag | quote }}
       imagePullPolicy: {{ $root.Values.image.pullPolicy }}
       # PID 1: the image's ENTRYPOINT + CMD as the lab runs it.
-      command: {{ toJson $s.pid1_argv }}
+      command:
+        {{- toYaml $s.pid1_argv | nindent 8 }}
       env:
         - name: NVIDIA_DRIVER_CAPABILITIES
           value: {{ $root.Values.gpu.driverCapabilities | quote }}
@@ -100,7 +101,8 @@ spec:
       lifecycle:
         preStop:
           exec:
-            command: {{ toJson .argv }}
+            command:
+              {{- toYaml .argv | nindent 14 }}
       {{- end }}
 {{- end }}
 {{- end }}
