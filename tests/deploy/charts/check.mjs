@@ -211,6 +211,8 @@ function exporter(repo, rendered) {
     const mounted = {};
     for (const m of c.volumeMounts) {
       if (m.readOnly !== true) fail(w, `volumeMount ${m.name} is not readOnly`);
+      if (!["IfPossible", "Enabled"].includes(m.recursiveReadOnly))
+        fail(w, `volumeMount ${m.name}: recursiveReadOnly is ${m.recursiveReadOnly}, want IfPossible (its submounts read-only too)`);
       const v = vols.get(m.name);
       if (!v?.hostPath) fail(w, `volumeMount ${m.name} is not a hostPath`);
       else mounted[v.hostPath.path] = m.mountPath;
@@ -289,6 +291,33 @@ function argocd(files) {
   finish(`argocd: ${apps} Application(s) and ${secrets} repository Secret(s) have Argo CD's OCI shapes`);
 }
 
+// The rendered DaemonSet's container as lines for run.sh's least_privilege
+// test: "root PATH", "mount HOSTPATH MOUNTPATH", "cap NAME", "no_new_privs
+// true|false", "privileged true|false", "arg ARG".
+function daemonsetLines(rendered) {
+  const ds = documents(rendered).find((o) => o.kind === "DaemonSet");
+  if (!ds) { fail(rendered, "no DaemonSet rendered"); return finish(""); }
+  const spec = ds.spec.template.spec, c = spec.containers[0], sc = c.securityContext ?? {};
+  const vols = new Map(spec.volumes.map((v) => [v.name, v]));
+  const rootArg = (c.args ?? []).find((a) => a.startsWith("--host-root="));
+  if (!rootArg) fail(rendered, "DaemonSet: no --host-root= argument");
+  const lines = [`root ${rootArg?.slice("--host-root=".length)}`];
+  for (const m of c.volumeMounts ?? []) {
+    const hp = vols.get(m.name)?.hostPath?.path;
+    if (!hp) { fail(rendered, `volumeMount ${m.name} is not a hostPath`); continue; }
+    if (m.readOnly !== true) fail(rendered, `volumeMount ${m.name} is not readOnly`);
+    lines.push(`mount ${hp} ${m.mountPath}`);
+  }
+  for (const cap of sc.capabilities?.add ?? []) lines.push(`cap ${cap.toLowerCase()}`);
+  if (!eq(sc.capabilities?.drop, ["ALL"])) fail(rendered, "capabilities.drop is not [ALL]");
+  lines.push(`no_new_privs ${sc.allowPrivilegeEscalation === false}`);
+  lines.push(`privileged ${sc.privileged === true}`);
+  lines.push(`run_as_user ${sc.runAsUser}`);
+  for (const a of c.args ?? []) lines.push(`arg ${a}`);
+  if (errors.length) return finish("");
+  console.log(lines.join("\n"));
+}
+
 function count(rendered, specs) {
   const objs = documents(rendered);
   for (const s of specs) {
@@ -323,6 +352,7 @@ switch (mode) {
   case "exporter": exporter(args[0], args[1]); break;
   case "count": count(args[0], args.slice(1)); break;
   case "argocd": argocd(args); break;
+  case "daemonset-lines": daemonsetLines(args[0]); break;
   case "workflow-scripts": workflowScripts(args[0], args.slice(1)); break;
   default:
     console.error(`check.mjs: unknown mode '${mode}'`);

@@ -11,6 +11,8 @@
 #               every object validated; pods against the lab's scenarios; the
 #               exporter's privileges; the schemas refuse bad values
 #   manifests   deploy/**/*.yaml and argocd/*.yaml validated; Argo CD shapes
+#   least_privilege  the rendered DaemonSet's mounts and capabilities applied
+#               here (mount namespace, setpriv): the exporter scans, nothing denied
 #   actionlint  .gitea/workflows/*.yaml
 #   yamllint    every YAML file of the repository, and the charts' rendered output
 #   shell-scripts (ctest deploy.shellcheck): every shell script of the repository and every workflow `run:` block
@@ -49,9 +51,11 @@ check() { node "$here/check.mjs" "$tools" "$@"; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpureap-deploy-$test-XXXXXX")
 cleanup_steps=()
 cleanup() {
-  local rc=$? step
-  for step in "${cleanup_steps[@]}"; do eval "$step" || true; done
-  rm -rf "$tmp"
+  local rc=$? i
+  # Last in, first out: the exporter is stopped before its mounts go.
+  for ((i = ${#cleanup_steps[@]} - 1; i >= 0; i--)); do eval "${cleanup_steps[i]}" || true; done
+  # Never across a mount (the least_privilege test mounts the host's paths here).
+  rm -rf --one-file-system "$tmp"
   return "$rc"
 }
 trap cleanup EXIT
@@ -229,6 +233,109 @@ t_shellcheck() {
   echo "shellcheck: ${#scripts[@]} scripts and ${#runs[@]} workflow run blocks: ${scripts[*]}"
 }
 
+# The rendered DaemonSet's confinement on this machine: its host paths bind-
+# mounted read-only under a fresh root in a private mount namespace, and
+# gpureap exporter run with its arguments as root with exactly its added
+# capabilities in the bounding set and no_new_privs (setpriv), as the
+# container runtime would; /healthz must answer 200 and the scan must deny
+# nothing and read descriptors as an unconfined scan does (bpf or procfs).
+t_least_privilege() {
+  need node "$helm" "$gpureap" unshare setpriv findmnt curl jq
+  (($(id -u) == 0)) || die "needs root (a mount namespace and bind mounts), as the rest of the suite"
+  render gpureap "$tmp/daemonset.yaml"
+  check daemonset-lines "$tmp/daemonset.yaml" >"$tmp/daemonset.lines"
+  local rc=0
+  "$gpureap" trace --json --gpu none >"$tmp/unconfined.json" 2>"$tmp/unconfined.err" || rc=$?
+  ((rc <= 1)) || die "gpureap trace (unconfined) exit $rc: $(cat "$tmp/unconfined.err")"
+  DEPLOY_DS_LINES=$tmp/daemonset.lines DEPLOY_UNCONFINED=$tmp/unconfined.json \
+    unshare --mount --propagation private -- "$0" _confined "$gpureap" "$tools"
+}
+
+t__confined() {
+  local root=$tmp/host hostroot="" kind a b target caps=() nnp=false ruid="" args=() m submounts=()
+  mkdir -p "$root"
+  while read -r kind a b; do
+    case $kind in
+      root) hostroot=$a ;;
+      mount)
+        [[ $b == "$hostroot"/* ]] || die "DaemonSet mounts $a at $b, outside --host-root $hostroot"
+        target=$root${b#"$hostroot"}
+        mkdir -p "$target"
+        if [[ -d $a ]]; then
+          # Recursive and read-only all the way down, as the chart asks
+          # (recursiveReadOnly): every submount is remounted read-only, and
+          # unmounted before the temp folder is removed.
+          mount --rbind "$a" "$target" || die "mount --rbind $a $target"
+          cleanup_steps+=("umount -R -l '$target'")
+          mapfile -t submounts < <(findmnt -R -n -o TARGET --list "$target")
+          for m in "${submounts[@]}"; do
+            mount -o remount,bind,ro "$m" || die "remount $m read-only"
+          done
+          if findmnt -R -n -o TARGET,OPTIONS --list "$target" | grep -vE '[[:space:]](ro,|ro$)' >"$tmp/rw-mounts"; then
+            die "not read-only under $target: $(cat "$tmp/rw-mounts")"
+          fi
+          echo "mounted $a read-only at <root>${b#"$hostroot"} (${#submounts[@]} mount(s))"
+        else
+          echo "$a does not exist here: an empty folder in its place (the runtime creates a missing hostPath)"
+        fi
+        ;;
+      cap) caps+=("+$a") ;;
+      no_new_privs) nnp=$a ;;
+      privileged) [[ $a == false ]] || die "the default DaemonSet is privileged" ;;
+      run_as_user) ruid=$a ;;
+      arg)
+        case $a in
+          --host-root=*) args+=("--host-root=$root") ;;
+          --listen=*) args+=("--listen=127.0.0.1:0") ;;
+          *) args+=("$a") ;;
+        esac
+        ;;
+      *) die "unknown line '$kind' from check.mjs daemonset-lines" ;;
+    esac
+  done <"$DEPLOY_DS_LINES"
+  [[ -n $hostroot && -n $ruid && ${#caps[@]} -gt 0 ]] || die "the DaemonSet's lines lack root, runAsUser or capabilities"
+  local bounding
+  bounding=-all,$(IFS=,; echo "${caps[*]}")
+  local confine=(setpriv --reuid "$ruid" --regid "$ruid" --clear-groups --bounding-set "$bounding" --inh-caps -all)
+  [[ $nnp == true ]] && confine+=(--no-new-privs)
+  echo "confinement: ${confine[*]}"
+
+  # No GPU here: --gpu none (in a pod the NVIDIA toolkit brings NVML).
+  "${confine[@]}" -- "$gpureap" "${args[@]}" --gpu none >"$tmp/exporter.out" 2>"$tmp/exporter.err" &
+  local pid=$! port="" i status=""
+  cleanup_steps+=("kill $pid 2>/dev/null; wait $pid 2>/dev/null")
+  for ((i = 0; i < 100; i++)); do # 10 s at most
+    port=$(sed -n 's/.*listening on port \([0-9][0-9]*\).*/\1/p' "$tmp/exporter.out")
+    [[ -n $port ]] && break
+    kill -0 "$pid" 2>/dev/null || die "gpureap exporter exited: $(cat "$tmp/exporter.err")"
+    sleep 0.1
+  done
+  [[ -n $port ]] || die "gpureap exporter printed no ready line within 10 s: $(cat "$tmp/exporter.err")"
+  grep -q '^NoNewPrivs:[[:space:]]*1' "/proc/$pid/status" || [[ $nnp != true ]] ||
+    die "the exporter runs without no_new_privs"
+  echo "exporter: $(grep -E '^(CapEff|NoNewPrivs)' "/proc/$pid/status" | tr '\n\t' '  ')"
+  for ((i = 0; i < 100; i++)); do # 10 s at most
+    status=$(curl -s -o "$tmp/healthz" -w '%{http_code}' "http://127.0.0.1:$port/healthz" || true)
+    [[ $status == 200 ]] && break
+    sleep 0.1
+  done
+  [[ $status == 200 ]] || die "/healthz answered '$status' within 10 s: $(cat "$tmp/healthz" 2>/dev/null) $(cat "$tmp/exporter.err")"
+  curl -fs "http://127.0.0.1:$port/metrics" >"$tmp/metrics" || die "/metrics did not answer"
+  grep -qx 'gpureap_scan_errors_total 0' "$tmp/metrics" || die "scans failed confined: $(grep scan_ "$tmp/metrics")"
+  grep -qx 'gpureap_scan_skipped_entries{reason="denied"} 0' "$tmp/metrics" ||
+    die "the confined scan was denied entries: $(grep skipped "$tmp/metrics")"
+
+  local rc=0
+  "${confine[@]}" -- "$gpureap" trace --host-root="$root" --gpu none --json >"$tmp/confined.json" 2>"$tmp/confined.err" || rc=$?
+  ((rc <= 1)) || die "gpureap trace (confined) exit $rc: $(cat "$tmp/confined.err")"
+  local want got
+  want=$(jq -r .scan.fds_from "$DEPLOY_UNCONFINED")
+  got=$(jq -r .scan.fds_from "$tmp/confined.json")
+  [[ $got == "$want" ]] || die "confined, descriptors came from '$got' ($(jq -r .scan.fds_note "$tmp/confined.json")); unconfined from '$want'"
+  [[ $(jq -r .scan.denied "$tmp/confined.json") == 0 ]] || die "the confined trace was denied entries: $(jq -c .scan "$tmp/confined.json")"
+  echo "least privilege: /healthz 200, no scan errors, nothing denied, descriptors from $got as unconfined; scan $(jq -c .scan "$tmp/confined.json")"
+}
+
 t_oci() {
   need docker-registry curl "$helm" python3
   # A free port on loopback: bind port 0, read it back, let it go.
@@ -285,6 +392,7 @@ EOF
 }
 
 case $test in
-  generated | lint | render | manifests | actionlint | yamllint | shellcheck | oci) "t_$test" ;;
+  generated | lint | render | manifests | least_privilege | actionlint | yamllint | shellcheck | oci) "t_$test" ;;
+  _confined) t__confined ;; # least_privilege's half inside its mount namespace
   *) die "unknown test '$test'" ;;
 esac
