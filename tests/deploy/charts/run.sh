@@ -17,6 +17,8 @@
 #   yamllint    every YAML file of the repository, and the charts' rendered output
 #   shell-scripts (ctest deploy.shellcheck): every shell script of the repository and every workflow `run:` block
 #   oci         a local registry: helm package, push, pull, template both charts
+#   cd          .gitea/workflows/cd.yaml's job run here (runner.mjs) against a
+#               TLS + basic-auth registry on loopback, for a release tag
 # A tool that is missing is a failure, never a skip.
 set -euo pipefail
 
@@ -24,7 +26,7 @@ set -euo pipefail
   echo "usage: $0 TEST GPUREAP TOOLS" >&2
   exit 64
 }
-test=$1 gpureap=$2 tools=$3
+test=$1 gpureap=$(realpath -m "$2") tools=$(realpath -m "$3")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 helm=$tools/bin/helm
@@ -336,10 +338,14 @@ t__confined() {
   echo "least privilege: /healthz 200, no scan errors, nothing denied, descriptors from $got as unconfined; scan $(jq -c .scan "$tmp/confined.json")"
 }
 
-t_oci() {
-  need docker-registry curl "$helm" python3
+# start_registry [tls]: Debian's docker-registry on a free loopback port, its
+# own config and storage under $tmp; sets $port (with tls also $cert, a
+# self-signed certificate for 127.0.0.1, and htpasswd auth for user "ci" with
+# password $registry_password). Stopped by its PID on exit.
+start_registry() {
+  local tls=${1:-}
+  need docker-registry curl python3
   # A free port on loopback: bind port 0, read it back, let it go.
-  local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   mkdir -p "$tmp/registry/storage"
   cat >"$tmp/registry/config.yml" <<EOF
@@ -354,19 +360,50 @@ storage:
 http:
   addr: 127.0.0.1:$port
 EOF
+  local scheme=http curl_args=()
+  if [[ $tls == tls ]]; then
+    need openssl
+    cert=$tmp/registry/cert.pem
+    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 \
+      -addext subjectAltName=IP:127.0.0.1 -keyout "$tmp/registry/key.pem" -out "$cert" 2>"$tmp/registry/openssl.log" ||
+      die "openssl: $(cat "$tmp/registry/openssl.log")"
+    registry_password=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+    # bcrypt, as the registry's htpasswd wants (glibc's libxcrypt through Python).
+    REGISTRY_PASSWORD=$registry_password python3 -W ignore -c \
+      'import crypt, os; print("ci:" + crypt.crypt(os.environ["REGISTRY_PASSWORD"], crypt.mksalt(crypt.METHOD_BLOWFISH)))' \
+      >"$tmp/registry/htpasswd"
+    cat >>"$tmp/registry/config.yml" <<EOF
+  tls:
+    certificate: $cert
+    key: $tmp/registry/key.pem
+auth:
+  htpasswd:
+    realm: gpureap-test
+    path: $tmp/registry/htpasswd
+EOF
+    scheme=https
+    curl_args=(--cacert "$cert")
+  fi
   docker-registry serve "$tmp/registry/config.yml" >"$tmp/registry/log" 2>&1 &
   local pid=$!
   cleanup_steps+=("kill $pid 2>/dev/null; wait $pid 2>/dev/null")
-  local up=false i
+  local code="" i
   for ((i = 0; i < 200; i++)); do # 20 s at most
     kill -0 "$pid" 2>/dev/null || die "docker-registry exited: $(cat "$tmp/registry/log")"
-    if curl -fs -o /dev/null "http://127.0.0.1:$port/v2/"; then
-      up=true
-      break
-    fi
+    code=$(curl -s "${curl_args[@]}" -o /dev/null -w '%{http_code}' "$scheme://127.0.0.1:$port/v2/" || true)
+    # 200: open; 401: asking for the credentials. Up either way.
+    [[ $code == 200 || $code == 401 ]] && break
     sleep 0.1
   done
-  $up || die "docker-registry on 127.0.0.1:$port did not answer /v2/ within 20 s: $(cat "$tmp/registry/log")"
+  [[ $code == 200 || $code == 401 ]] ||
+    die "docker-registry on $scheme://127.0.0.1:$port did not answer /v2/ within 20 s: $(cat "$tmp/registry/log")"
+  echo "docker-registry: $scheme://127.0.0.1:$port (pid $pid)"
+}
+
+t_oci() {
+  need "$helm"
+  local port
+  start_registry
   local ref=127.0.0.1:$port/gpureap chart version=0.0.0-ci.1
   mkdir -p "$tmp/packaged" "$tmp/pulled"
   for chart in "${charts[@]}"; do
@@ -391,8 +428,53 @@ EOF
   echo "oci: both charts packaged, pushed to and pulled from docker-registry on 127.0.0.1:$port, rendered"
 }
 
+# The context runner.mjs gives cd.yaml's job: TAG, then the registry's.
+cd_context() {
+  cat <<EOF
+{"vars": {"REGISTRY": "127.0.0.1:$port", "REGISTRY_PROJECT": "gpureap"},
+ "secrets": {"REGISTRY_USER": "ci", "REGISTRY_PASSWORD": "$registry_password"},
+ "env": {"GITHUB_REF": "refs/tags/$1", "GITHUB_REF_NAME": "$1", "GITHUB_REF_TYPE": "tag",
+         "GITHUB_SHA": "0123456789abcdef0123456789abcdef01234567", "SSL_CERT_FILE": "$cert"}}
+EOF
+}
+
+# .gitea/workflows/cd.yaml's job, run here by runner.mjs as a Gitea runner
+# runs its steps, for a release tag, against a registry on loopback with TLS
+# (a self-signed certificate the steps trust through SSL_CERT_FILE, as a
+# runner trusts Harbor's) and basic auth: both charts must come back from it
+# with the tag's version and appVersion. A tag that is not v<semver> must fail.
+t_cd() {
+  need node "$helm" git tar
+  local port cert registry_password
+  start_registry tls
+  # The checkout: the tree as git would check it out, the tools already here.
+  local work=$tmp/work
+  mkdir -p "$work/build"
+  (cd "$repo" && git ls-files -z --cached --others --exclude-standard | tar -c --null -T - -f -) | tar -x -C "$work" ||
+    die "copying the tree"
+  ln -s "$tools" "$work/build/tools"
+  local tag=v0.3.1-rc.1 version=0.3.1-rc.1 chart
+  cd_context "$tag" >"$tmp/context.json"
+  DEPLOY_TOOLS=$tools node "$here/runner.mjs" "$work/.gitea/workflows/cd.yaml" charts "$work" "$tmp/context.json" ||
+    die ".gitea/workflows/cd.yaml's job failed for tag $tag (output above)"
+  mkdir -p "$tmp/pulled"
+  for chart in "${charts[@]}"; do
+    SSL_CERT_FILE=$cert "$helm" pull "oci://127.0.0.1:$port/gpureap/$chart" --version "$version" \
+      --destination "$tmp/pulled" >"$tmp/pull.log" 2>&1 || die "helm pull $chart $version after cd.yaml: $(cat "$tmp/pull.log")"
+    "$helm" show chart "$tmp/pulled/$chart-$version.tgz" >"$tmp/show" || die "helm show chart $chart"
+    grep -qx "version: $version" "$tmp/show" || die "$chart: cd.yaml pushed $(grep '^version' "$tmp/show"), want version $version"
+    grep -qx "appVersion: $tag" "$tmp/show" || die "$chart: cd.yaml pushed $(grep '^appVersion' "$tmp/show"), want appVersion $tag"
+  done
+  cd_context v1.2 >"$tmp/context.json"
+  if DEPLOY_TOOLS=$tools node "$here/runner.mjs" "$work/.gitea/workflows/cd.yaml" charts "$work" "$tmp/context.json" >"$tmp/bad.log" 2>&1; then
+    die "cd.yaml accepted tag v1.2 (not v<semver>)"
+  fi
+  grep -q "tag 'v1.2' is not v<semver>" "$tmp/bad.log" || die "cd.yaml refused v1.2 without saying why: $(cat "$tmp/bad.log")"
+  echo "cd.yaml: tag $tag -> both charts $version (appVersion $tag) in a TLS + basic-auth registry; tag v1.2 refused"
+}
+
 case $test in
-  generated | lint | render | manifests | least_privilege | actionlint | yamllint | shellcheck | oci) "t_$test" ;;
+  generated | lint | render | manifests | least_privilege | actionlint | yamllint | shellcheck | oci | cd) "t_$test" ;;
   _confined) t__confined ;; # least_privilege's half inside its mount namespace
   *) die "unknown test '$test'" ;;
 esac
