@@ -302,8 +302,11 @@ t__confined() {
   [[ $nnp == true ]] && confine+=(--no-new-privs)
   echo "confinement: ${confine[*]}"
 
-  # No GPU here: --gpu none (in a pod the NVIDIA toolkit brings NVML).
-  "${confine[@]}" -- "$gpureap" "${args[@]}" --gpu none >"$tmp/exporter.out" 2>"$tmp/exporter.err" &
+  # No GPU here: --gpu none (in a pod the NVIDIA toolkit brings NVML). The
+  # files exist before the job opens them: the ready-line poll reads at once.
+  : >"$tmp/exporter.out"
+  : >"$tmp/exporter.err"
+  "${confine[@]}" -- "$gpureap" "${args[@]}" --gpu none >>"$tmp/exporter.out" 2>>"$tmp/exporter.err" &
   local pid=$! port="" i status=""
   cleanup_steps+=("kill $pid 2>/dev/null; wait $pid 2>/dev/null")
   for ((i = 0; i < 100; i++)); do # 10 s at most
