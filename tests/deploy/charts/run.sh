@@ -19,6 +19,8 @@
 #   oci         a local registry: helm package, push, pull, template both charts
 #   cd          .gitea/workflows/cd.yaml's job run here (runner.mjs) against a
 #               TLS + basic-auth registry on loopback, for a release tag
+#   ci          .gitea/workflows/ci.yaml's job run the same way for two images
+#               (needs deploy/images/build.sh and buildah)
 # A tool that is missing is a failure, never a skip.
 set -euo pipefail
 
@@ -476,8 +478,60 @@ t_cd() {
   echo "cd.yaml: tag $tag -> both charts $version (appVersion $tag) in a TLS + basic-auth registry; tag v1.2 refused"
 }
 
+# .gitea/workflows/ci.yaml's job run here by runner.mjs for two entries of
+# its matrix (a scenario image and the node image) on a release tag, with
+# deploy/images/build.sh and buildah (its own storage under $tmp), against
+# docker-registry with TLS and basic auth on loopback. The dependency install
+# and the build are the caller's (the gpureap build tree given to the test).
+# The tags must be in the registry: the scenario's image_tag and its
+# <tag>-sha-<7> pin, the node image's sha-<7> and the release tag.
+t_ci() {
+  need node git tar buildah skopeo
+  [[ -x $repo/deploy/images/build.sh ]] || die "deploy/images/build.sh is missing (docs/deploy-images.md)"
+  local port cert registry_password
+  start_registry tls
+  local work=$tmp/work build
+  build=$(dirname "$(dirname "$(dirname "$gpureap")")")
+  mkdir -p "$work" "$tmp/storage/root" "$tmp/storage/run"
+  (cd "$repo" && git ls-files -z --cached --others --exclude-standard | tar -c --null -T - -f -) | tar -x -C "$work" ||
+    die "copying the tree"
+  cat >"$tmp/storage.conf" <<EOF
+[storage]
+driver = "vfs"
+graphroot = "$tmp/storage/root"
+runroot = "$tmp/storage/run"
+EOF
+  cleanup_steps+=("buildah --storage-driver vfs --root '$tmp/storage/root' --runroot '$tmp/storage/run' rm --all >/dev/null 2>&1")
+  local image sha=0123456789abcdef0123456789abcdef01234567 tag=v0.3.1
+  for image in tini node; do
+    cat >"$tmp/context.json" <<EOF
+{"vars": {"REGISTRY": "127.0.0.1:$port", "REGISTRY_PROJECT": "gpureap"},
+ "secrets": {"REGISTRY_USER": "ci", "REGISTRY_PASSWORD": "$registry_password"},
+ "matrix": {"image": "$image"},
+ "skip": ["Install the build dependencies", "Build gpureap"],
+ "env": {"GITHUB_REF": "refs/tags/$tag", "GITHUB_SHA": "$sha", "SSL_CERT_FILE": "$cert",
+         "GPUREAP_BUILD_DIR": "$build", "CONTAINERS_STORAGE_CONF": "$tmp/storage.conf",
+         "REGISTRY_AUTH_FILE": "$tmp/auth.json"}}
+EOF
+    DEPLOY_TOOLS=$tools node "$here/runner.mjs" "$work/.gitea/workflows/ci.yaml" images "$work" "$tmp/context.json" ||
+      die ".gitea/workflows/ci.yaml's job failed for image $image (output above)"
+  done
+  local repo_ref want got
+  for want in "gpu-zombie-test:tini" "gpu-zombie-test:tini-sha-${sha::7}" "gpureap:sha-${sha::7}" "gpureap:$tag"; do
+    repo_ref=127.0.0.1:$port/gpureap/$want
+    SSL_CERT_FILE=$cert skopeo inspect --authfile "$tmp/auth.json" "docker://$repo_ref" >"$tmp/inspect.json" 2>"$tmp/inspect.err" ||
+      die "ci.yaml did not push $repo_ref: $(cat "$tmp/inspect.err")"
+  done
+  got=$(SSL_CERT_FILE=$cert skopeo inspect --authfile "$tmp/auth.json" --config "docker://127.0.0.1:$port/gpureap/gpu-zombie-test:tini" |
+    node -e 'const c = JSON.parse(require("fs").readFileSync(0)).config; console.log(JSON.stringify([...(c.Entrypoint ?? []), ...(c.Cmd ?? [])]))')
+  "$gpureap" lab --print-scenarios >"$tmp/scenarios.json"
+  want=$(node -e 'console.log(JSON.stringify(JSON.parse(require("fs").readFileSync(process.argv[1])).scenarios.find((s) => s.id === "S2").pid1_argv))' "$tmp/scenarios.json")
+  [[ $got == "$want" ]] || die "the pushed tini image runs $got as PID 1, scenario S2's pid1_argv is $want"
+  echo "ci.yaml: tini and node built by deploy/images/build.sh and pushed to a TLS + basic-auth registry with their scenario, sha and release tags; tini's ENTRYPOINT+CMD is S2's pid1_argv"
+}
+
 case $test in
-  generated | lint | render | manifests | least_privilege | actionlint | yamllint | shellcheck | oci | cd) "t_$test" ;;
+  generated | lint | render | manifests | least_privilege | actionlint | yamllint | shellcheck | oci | cd | ci) "t_$test" ;;
   _confined) t__confined ;; # least_privilege's half inside its mount namespace
   *) die "unknown test '$test'" ;;
 esac

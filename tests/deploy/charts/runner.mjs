@@ -2,8 +2,10 @@
 //
 //   node runner.mjs WORKFLOW JOB WORKDIR CONTEXT_JSON
 //
-// CONTEXT_JSON: {"vars": {...}, "secrets": {...}, "env": {...}} (env: the
-// runner's own variables, GITHUB_REF and the like). Each `run:` step runs with
+// CONTEXT_JSON: {"vars": {...}, "secrets": {...}, "env": {...}, "matrix":
+// {...}, "skip": [...]} (env: the runner's own variables, GITHUB_REF and the
+// like; matrix: one combination of the job's matrix; skip: names of steps the
+// caller has done itself, e.g. a build whose output it already has). Each `run:` step runs with
 // the workflow's, the job's and the step's env (expressions substituted from
 // the context) under the step's shell (bash: --noprofile --norc -eo pipefail,
 // as the runner does), in WORKDIR; $GITHUB_ENV and $GITHUB_PATH carry over
@@ -37,7 +39,7 @@ const ctx = JSON.parse(fs.readFileSync(contextFile, "utf8"));
 // ${{ vars.X }}, ${{ secrets.X }}, ${{ env.X }}, ${{ secrets.X != '' }}: all these workflows use.
 function evaluate(text, where) {
   return String(text).replace(/\$\{\{\s*(.*?)\s*\}\}/g, (_, expr) => {
-    let m = expr.match(/^(vars|secrets|env)\.([A-Za-z_][A-Za-z0-9_]*)$/);
+    let m = expr.match(/^(vars|secrets|env|matrix)\.([A-Za-z_][A-Za-z0-9_-]*)$/);
     if (m) return ctx[m[1]]?.[m[2]] ?? "";
     m = expr.match(/^(vars|secrets)\.([A-Za-z_][A-Za-z0-9_]*) != ''$/);
     if (m) return String((ctx[m[1]]?.[m[2]] ?? "") !== "");
@@ -79,6 +81,10 @@ function readEnvFile() {
 let n = 0;
 for (const [i, step] of (job.steps ?? []).entries()) {
   const where = `step ${i + 1} (${step.name ?? step.uses ?? "run"})`;
+  if ((ctx.skip ?? []).includes(step.name)) {
+    console.log(`runner: ${where}: done by the caller`);
+    continue;
+  }
   if (step.uses) {
     if (/^actions\/checkout@/.test(step.uses)) {
       console.log(`runner: ${where}: the tree is in ${workdir}`);
