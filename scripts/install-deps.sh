@@ -26,7 +26,11 @@ packages=(
   dpkg-dev fakeroot file             # CPack's DEB generator: dpkg-shlibdeps for Depends, dpkg-deb
   shellcheck yamllint                # lint the deploy scripts and YAML
   bc                                 # the deploy tests' elapsed-time arithmetic
+  nodejs unzip                       # deploy tests: scripts/install-deploy-tools.sh (helm, kubectl, actionlint, kubernetes-models)
 )
+# npm: Debian's own package, unless a nodejs that provides npm (NodeSource's) is
+# installed already; asking for Debian's npm there would replace that nodejs.
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

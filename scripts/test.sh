@@ -4,7 +4,7 @@
 # time. Needs root (cgroups, PID namespaces, runc). Prints one closing line
 # "N passed, N failed" (the plain build counts as one).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 jobs=${GPUREAP_JOBS:-$(nproc)}
 passed=0

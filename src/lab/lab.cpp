@@ -517,11 +517,8 @@ class InstanceRun {
       if (!err) return err.error();
       hook_out = std::move(*out);
       hook_err = std::move(*err);
-      const double term_wait = ctx_.scale(def_.prestop_term_wait_s);
-      const double deadline = std::max(ctx_.scale(def_.grace_s - kKubeletMinGraceS), term_wait);
       return container_->exec(
-          ExecSpec{{ctx_.tools.gpureap, "prestop", "--gpu", ctx_.gpu_inside(), "--term-wait",
-                    seconds_text(term_wait), "--deadline", seconds_text(deadline), "--json"},
+          ExecSpec{prestop_command(def_, ctx_.tools.gpureap, ctx_.gpu_inside(), ctx_.scale),
                    {},
                    0,
                    hook_out.get(),

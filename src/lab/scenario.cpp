@@ -148,6 +148,36 @@ std::vector<std::string> pid1_command(const ScenarioDef& s, TimeScale scale) {
   return {};
 }
 
+std::vector<std::string> worker_command(const ScenarioDef& s, const std::string& worker,
+                                        unsigned workers, std::string_view gpu, unsigned device,
+                                        TimeScale scale) {
+  std::vector<std::string> argv = {worker,         "parent",
+                                   "--exit-after", seconds_text(scale(kParentExitAfterS)),
+                                   "--count",      std::to_string(workers),
+                                   "--",           worker};
+  if (s.worker == Worker::forks_after_init) {
+    argv.insert(argv.end(), {"fork-after-init", "--children", std::to_string(s.forked_children),
+                             "--ignore-term"});
+  } else {
+    argv.push_back("hold");
+    argv.push_back(s.worker == Worker::cleans_up ? "--term-cleanup" : "--ignore-term");
+  }
+  argv.insert(argv.end(), {"--gpu", std::string(gpu), "--device", std::to_string(device), "--bytes",
+                           std::to_string(kWorkerBytes)});
+  return argv;
+}
+
+std::vector<std::string> prestop_command(const ScenarioDef& s, const std::string& gpureap,
+                                         std::string_view gpu, TimeScale scale) {
+  const double term_wait = scale(s.prestop_term_wait_s);
+  const double deadline = std::max(scale(s.grace_s - kKubeletMinGraceS), term_wait);
+  return {gpureap,       "prestop",
+          "--gpu",       std::string(gpu),
+          "--term-wait", seconds_text(term_wait),
+          "--deadline",  seconds_text(deadline),
+          "--json"};
+}
+
 std::string seconds_text(double seconds) {
   return fmt::format("{:.3g}", seconds);
 }
@@ -155,24 +185,29 @@ std::string seconds_text(double seconds) {
 nlohmann::json scenarios_json() {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& s : kScenarios) {
-    nlohmann::json j = {{"id", s.id},
-                        {"slug", s.slug},
-                        {"pod", pod_name(s)},
-                        {"namespace", kPodNamespace},
-                        {"container", kContainerName},
-                        {"image_tag", s.image},
-                        {"title", s.title},
-                        {"pid1", to_string(s.pid1)},
-                        {"pid1_argv", pid1_command(s, TimeScale{})},
-                        {"worker", to_string(s.worker)},
-                        {"termination_grace_period_seconds", s.grace_s},
-                        {"prestop", nullptr},
-                        {"min_gpus", s.min_gpus},
-                        {"forked_children", s.forked_children},
-                        {"worker_bytes", kWorkerBytes},
-                        {"parent_exit_after_seconds", kParentExitAfterS}};
+    nlohmann::json j = {
+        {"id", s.id},
+        {"slug", s.slug},
+        {"pod", pod_name(s)},
+        {"namespace", kPodNamespace},
+        {"container", kContainerName},
+        {"image_tag", s.image},
+        {"title", s.title},
+        {"pid1", to_string(s.pid1)},
+        {"pid1_argv", pid1_command(s, TimeScale{})},
+        {"worker", to_string(s.worker)},
+        {"termination_grace_period_seconds", s.grace_s},
+        {"prestop", nullptr},
+        {"min_gpus", s.min_gpus},
+        {"forked_children", s.forked_children},
+        {"worker_bytes", kWorkerBytes},
+        {"parent_exit_after_seconds", kParentExitAfterS},
+        // what a pod of the charts execs on a real GPU (one worker, device 0): the
+        // dynamically linked worker, which dlopens libcuda, as the lab on a GPU
+        {"worker_argv", worker_command(s, "gpureap-worker-dynamic", 1, "cuda", 0, TimeScale{})}};
     if (s.has_prestop()) {
-      j["prestop"] = {{"term_wait_seconds", s.prestop_term_wait_s}};
+      j["prestop"] = {{"term_wait_seconds", s.prestop_term_wait_s},
+                      {"argv", prestop_command(s, "gpureap", "nvml", TimeScale{})}};
     }
     if (s.pid1 == Pid1::gpureap_init) {
       j["gpureap_init"] = {{"gpu_grace_seconds", s.init_gpu_grace_s},

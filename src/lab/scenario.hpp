@@ -169,6 +169,22 @@ inline constexpr std::string_view kContainerName = "worker";
 // the image's ENTRYPOINT + CMD. The runtime resolves the names to paths.
 std::vector<std::string> pid1_command(const ScenarioDef& s, TimeScale scale);
 
+// The C++ workload's command: `<worker> parent --exit-after … --count N --
+// <worker> hold|fork-after-init … --gpu GPU --device D --bytes B`, what the lab
+// execs in the pod (its --sim-dir appended on the simulated GPU) and what the
+// charts' pods are checked against. `worker` is the program ("gpureap-worker" in
+// the images), `gpu` is "sim" or "cuda".
+std::vector<std::string> worker_command(const ScenarioDef& s, const std::string& worker,
+                                        unsigned workers, std::string_view gpu, unsigned device,
+                                        TimeScale scale);
+
+// The preStop hook's command (scenarios with a preStop): `<gpureap> prestop
+// --gpu GPU --term-wait W --deadline D --json`, D the grace less the kubelet's
+// 2 s floor (at least W). What the lab execs as the hook and the charts' pods
+// carry; `gpu` is "sim" or "nvml".
+std::vector<std::string> prestop_command(const ScenarioDef& s, const std::string& gpureap,
+                                         std::string_view gpu, TimeScale scale);
+
 // Seconds as a short decimal for command lines ("2", "0.2", "20").
 std::string seconds_text(double seconds);
 

@@ -12,10 +12,6 @@ namespace gpureap::lab {
 
 namespace {
 
-std::string bytes_text(std::uint64_t b) {
-  return std::to_string(b);
-}
-
 // The plan's worker holds 8 tensors of 256 MiB (2 GiB); the torch programs
 // take a tensor count.
 constexpr std::uint64_t kTensorBytes = 256ULL << 20;
@@ -43,17 +39,8 @@ WorkloadCommand parent_command(const Toolbox& tools, const LabNode& node, Worklo
     return cmd;
   }
   const std::string& worker = gpu == GpuKind::sim ? tools.worker : tools.worker_dynamic;
-  cmd.argv = {worker, "parent", "--exit-after", exit_after, "--count", std::to_string(workers),
-              "--",   worker};
-  if (scenario.worker == Worker::forks_after_init) {
-    cmd.argv.insert(cmd.argv.end(), {"fork-after-init", "--children",
-                                     std::to_string(scenario.forked_children), "--ignore-term"});
-  } else {
-    cmd.argv.push_back("hold");
-    cmd.argv.push_back(scenario.worker == Worker::cleans_up ? "--term-cleanup" : "--ignore-term");
-  }
-  cmd.argv.insert(cmd.argv.end(), {"--gpu", gpu == GpuKind::sim ? "sim" : "cuda", "--device",
-                                   std::to_string(device), "--bytes", bytes_text(kWorkerBytes)});
+  cmd.argv = worker_command(scenario, worker, workers, gpu == GpuKind::sim ? "sim" : "cuda", device,
+                            scale);
   if (gpu == GpuKind::sim) cmd.argv.insert(cmd.argv.end(), {"--sim-dir", node.sim_dir()});
   return cmd;
 }

@@ -3,7 +3,7 @@
 # binaries staged by tests/device/stage.sh into .devbin/ (carried by the
 # device tool). Writes the log and a results file under $OUT when set.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 export BIN=$PWD/.devbin
 export LD_LIBRARY_PATH=$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Shared-host safety: never NVLink multicast.
@@ -31,4 +31,4 @@ else
   echo "bench/scan not run: no fuser" | tee "$out/bench-scan.txt"
 fi
 (( kernel_rc != 0 )) && rc=1
-exit $rc
+exit "$rc"

@@ -6,7 +6,7 @@
 # tables last. Exit: 0 both measured with the finding reported, 1 otherwise,
 # 2 could not run (no PyTorch, fewer than 2 GPUs, no gpureap).
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../.." || exit 1
 # Shared-host safety: never NVLink multicast (s7_nccl.py sets them per rank too).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 

@@ -109,6 +109,16 @@ TEST(LabScenarios, TableAsJson) {
   EXPECT_EQ(doc["scenarios"][2]["image_tag"], "tini");
   EXPECT_TRUE(doc["scenarios"][0]["prestop"].is_null());
   EXPECT_EQ(doc["scenarios"][4]["gpureap_init"]["gpu_grace_seconds"], 2);
+  // The worker command the charts' pods carry is the lab's own.
+  const auto argv = doc["scenarios"][5]["worker_argv"].get<std::vector<std::string>>();
+  EXPECT_EQ(argv,
+            worker_command(kScenarios[5], "gpureap-worker-dynamic", 1, "cuda", 0, TimeScale{}));
+  EXPECT_EQ(argv[8], "fork-after-init");
+  EXPECT_EQ(doc["scenarios"][3]["worker_argv"][9], "--term-cleanup");
+  // S3's hook: TERM, 20 s, KILL, done 2 s before its 60 s grace ends.
+  EXPECT_EQ(doc["scenarios"][2]["prestop"]["argv"],
+            json({"gpureap", "prestop", "--gpu", "nvml", "--term-wait", "20", "--deadline", "58",
+                  "--json"}));
 }
 
 TEST(LabKubelet, RemainingGraceHasTheFloor) {
