@@ -12,6 +12,7 @@ out=${OUT:-/tmp}
 [[ -x $BIN/prev/bench_scan ]] || { echo "scan_ab_inprocess.sh: no .devbin/prev/bench_scan" >&2; exit 2; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; uname -r; date -u; } | tee "$out/machine.txt"
 export PREV=$BIN/prev/bench_scan
+# shellcheck disable=SC2016  # expanded by the harness's sh -c, where DEVS and BENCH_SCAN are set
 extra='for i in 1 2 3 4 5 6 7 8 9 10; do
   echo "prev $($PREV --fd-source bpf --threads 1 --repeat 5 $DEVS)";
   echo "new $($BENCH_SCAN --fd-source bpf --threads 1 --repeat 5 $DEVS)";
