@@ -68,6 +68,9 @@ Verdict check_node(const CheckOptions& o) {
   }
   if (snap->records.empty()) return unknown("no process could be read under " + snap->host_root + "/proc");
   const auto found = findings::detect_all(*snap);
+  if (!findings::fails_check(found) && !unprivileged_scan(snap->scan_stats).empty()) {
+    return unknown(std::to_string(snap->scan_stats.fds_denied) + " processes' descriptors unreadable (privilege)");
+  }
   return {findings::fails_check(found) ? kExitFindings : kExitClean, report::render_check_line(*snap, found)};
 }
 

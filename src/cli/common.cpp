@@ -1,6 +1,8 @@
 #include "cli/common.hpp"
 
 #include <fmt/format.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,5 +40,24 @@ unsigned effective_threads(const CommonOptions& options) {
 
 void log_error(const std::string& message) { fmt::print(stderr, "gpureap: {}\n", message); }
 void log_note(const std::string& message) { fmt::print(stderr, "gpureap: {}\n", message); }
+
+namespace {
+
+bool has_effective_capability(unsigned cap) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[cap / 32].effective & (1U << (cap % 32))) != 0;
+}
+
+}  // namespace
+
+std::string unprivileged_scan(const proc::ScanStats& stats) {
+  if (stats.fds_denied == 0 || stats.fds_from == "bpf") return {};
+  if (has_effective_capability(CAP_SYS_PTRACE) && has_effective_capability(CAP_DAC_READ_SEARCH)) return {};
+  return fmt::format("the descriptors of {} processes could not be read (permission): their GPU use is unknown; "
+                     "run as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (or CAP_BPF and CAP_PERFMON)",
+                     stats.fds_denied);
+}
 
 }  // namespace gpureap::cli

@@ -26,6 +26,12 @@ void add_common_options(CLI::App& cmd, CommonOptions& options);
 unsigned effective_threads(const CommonOptions& options);
 proc::FdSource fd_source(const CommonOptions& options);
 
+// Why a scan that read no descriptor of some processes was blind, or "" when
+// it was not: it walked /proc without CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH
+// (other users' descriptors are then hidden from it). A process hidden from
+// a privileged scan (a protected PID 1) is counted in scan.fds_denied only.
+std::string unprivileged_scan(const proc::ScanStats& stats);
+
 // "gpureap: <message>" on stderr.
 void log_error(const std::string& message);
 void log_note(const std::string& message);

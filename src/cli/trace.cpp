@@ -53,7 +53,13 @@ int run_trace(const TraceOptions& opt) {
       return kExitCouldNotCheck;
     }
   }
-  return findings::fails_check(found) ? kExitFindings : kExitClean;
+  if (findings::fails_check(found)) return kExitFindings;
+  // A clean answer from a scan blind to other users' descriptors is no answer.
+  if (const auto why = unprivileged_scan(snap->scan_stats); !why.empty()) {
+    log_error(why);
+    return kExitCouldNotCheck;
+  }
+  return kExitClean;
 }
 
 }  // namespace

@@ -98,6 +98,7 @@ std::vector<MetricFamily> render_metrics(const View* view, const ScanHealth& hea
   out.add(SeriesId::scan_skipped_entries, {"vanished"}, v.skipped.vanished);
   out.add(SeriesId::scan_skipped_entries, {"denied"}, v.skipped.denied);
   out.add(SeriesId::scan_skipped_entries, {"malformed"}, v.skipped.malformed);
+  out.add(SeriesId::scan_unreadable_fd_tables, {}, v.skipped.fds_denied);
   for (const auto& g : v.gpus) {
     if (g.used) out.add(SeriesId::gpu_memory_used, gpu_labels(g), static_cast<double>(*g.used));
     if (g.reserved) out.add(SeriesId::gpu_memory_reserved, gpu_labels(g), static_cast<double>(*g.reserved));

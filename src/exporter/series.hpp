@@ -36,6 +36,7 @@ enum class SeriesId : std::size_t {
   last_success,
   scan_stale,
   scan_skipped_entries,
+  scan_unreadable_fd_tables,
 };
 
 struct SeriesSpec {
@@ -108,6 +109,11 @@ inline constexpr SeriesSpec kSeries[] = {
     {SeriesId::scan_skipped_entries, "gpureap_scan_skipped_entries", SeriesType::gauge, Unit::none,
      "/proc entries the last scan skipped: vanished, denied or malformed (normal in small numbers)",
      kSkippedLabels},
+    {SeriesId::scan_unreadable_fd_tables, "gpureap_scan_unreadable_descriptor_tables", SeriesType::gauge,
+     Unit::none,
+     "processes whose descriptors the last scan could not read for lack of privilege: their GPU use is unknown "
+     "(give the exporter CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, or CAP_BPF and CAP_PERFMON)",
+     kNoLabels},
 };
 
 [[nodiscard]] constexpr const SeriesSpec& spec(SeriesId id) { return kSeries[static_cast<std::size_t>(id)]; }

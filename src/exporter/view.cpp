@@ -62,7 +62,8 @@ View build_view(const node::NodeSnapshot& snap, const std::vector<findings::Find
                 const ViewOptions& options) {
   View v;
   v.gpu_backend = snap.gpu_backend;
-  v.skipped = ScanCounts{snap.scan_stats.vanished, snap.scan_stats.denied, snap.scan_stats.malformed};
+  v.skipped = ScanCounts{snap.scan_stats.vanished, snap.scan_stats.denied, snap.scan_stats.malformed,
+                         snap.scan_stats.fds_denied};
   const gpu::Activity* activity = snap.activity ? &*snap.activity : nullptr;
 
   for (const auto& d : snap.gpu.devices) {

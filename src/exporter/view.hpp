@@ -52,6 +52,7 @@ struct FindingView {
 
 struct ScanCounts {
   unsigned vanished = 0, denied = 0, malformed = 0;
+  unsigned fds_denied = 0;  // processes read whose descriptors were not (ScanStats::fds_denied)
 };
 
 struct View {

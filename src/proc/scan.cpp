@@ -101,6 +101,7 @@ struct Reader {
   std::vector<unsigned> node_counts;               // per matcher node, for the current process
   std::vector<std::pair<dev_t, unsigned>> by_major;  // devices known only by their major
   bool need_stat = false;  // some node has an rdev, or majors are given
+  unsigned fds_denied = 0;  // processes whose descriptors were denied to us (ScanStats::fds_denied)
   char path_buf[64] = {};
 
   // One /proc/PID/cgroup read per css_set the task iterator gave (take_cgroups).
@@ -159,7 +160,10 @@ struct Reader {
 
   void scan_fds(int pid_fd, Process& p) {
     int fd = ::openat(pid_fd, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;  // fds_readable stays false
+    if (fd < 0) {  // fds_readable stays false
+      if (errno == EACCES || errno == EPERM) ++fds_denied;
+      return;
+    }
     sys::UniqueFd fd_dir(fd);
     const DeviceMatcher* m = options.devices;
     const bool match = m != nullptr && !m->empty();
@@ -218,6 +222,7 @@ struct Reader {
     // Listed but the links hidden (ptrace access check, e.g. another user
     // namespace): the count is right, a GPU match was impossible.
     p.fds_readable = !links_denied;
+    if (links_denied) ++fds_denied;
     for (std::size_t i = 0; match && i < node_counts.size(); ++i) {
       if (node_counts[i] > 0) p.gpu_fds.push_back(DeviceUse{m->nodes[i].name, node_counts[i]});
     }
@@ -430,7 +435,8 @@ using CgroupsSeen = std::vector<std::pair<pid_t, std::uint64_t>>;
 // grow and merge (a second copy of the table at the peak).
 void scan_some(const sys::HostRoot& root, const ScanOptions& options, KernelFdTable* kernel,
                const std::vector<pid_t>& pids, std::atomic<std::size_t>& next, std::vector<Process>& slots,
-               std::vector<Outcome>& outcomes, std::vector<std::uint64_t>& shared, CgroupsSeen& seen) {
+               std::vector<Outcome>& outcomes, std::vector<std::uint64_t>& shared, CgroupsSeen& seen,
+               unsigned& fds_denied) {
   Reader reader(root, options);
   reader.kernel = kernel;
   constexpr std::size_t kChunk = 32;  // small enough to balance, large enough to keep the atomic cold
@@ -445,6 +451,7 @@ void scan_some(const sys::HostRoot& root, const ScanOptions& options, KernelFdTa
     }
   }
   for (const auto& e : reader.cgroups_seen) seen.emplace_back(e.representative, e.css_set);
+  fds_denied = reader.fds_denied;
 }
 
 // Lines taken from another process's file hold where both stayed in the one
@@ -526,19 +533,21 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   std::vector<Outcome> outcomes(pids.size(), Outcome::malformed);
   std::vector<std::uint64_t> shared(pids.size(), 0);
   std::vector<CgroupsSeen> seen(nthreads);
+  std::vector<unsigned> fds_denied(nthreads, 0);
   std::atomic<std::size_t> next{0};
   if (nthreads == 1) {
-    scan_some(root, options, kernel_table, pids, next, slots, outcomes, shared, seen[0]);
+    scan_some(root, options, kernel_table, pids, next, slots, outcomes, shared, seen[0], fds_denied[0]);
   } else {
     std::vector<std::thread> workers;
     workers.reserve(nthreads);
     for (unsigned t = 0; t < nthreads; ++t) {
       workers.emplace_back(scan_some, std::cref(root), std::cref(options), kernel_table, std::cref(pids),
                            std::ref(next), std::ref(slots), std::ref(outcomes), std::ref(shared),
-                           std::ref(seen[t]));
+                           std::ref(seen[t]), std::ref(fds_denied[t]));
     }
     for (auto& w : workers) w.join();
   }
+  for (unsigned n : fds_denied) table.stats.fds_denied += n;
   if (kernel_table != nullptr) check_shared_cgroups(root, *kernel_table, slots, outcomes, shared, seen);
   std::size_t kept = 0;
   for (std::size_t i = 0; i < slots.size(); ++i) {

@@ -36,6 +36,10 @@ struct ScanStats {
   unsigned vanished = 0;   // gone between listing and reading (ENOENT/ESRCH)
   unsigned denied = 0;     // EACCES/EPERM on status or stat
   unsigned malformed = 0;  // stat or status present but unparsable
+  // Processes read whose descriptors could not be (EACCES/EPERM on
+  // /proc/PID/fd or its links: another user's process without CAP_SYS_PTRACE
+  // and CAP_DAC_READ_SEARCH, and no BPF iterator). Their GPU use is unknown.
+  unsigned fds_denied = 0;
   std::string fds_from;    // "bpf" or "procfs" ("" when descriptors were not read)
   std::string fds_loader;  // for "bpf": "light_skeleton" or "libbpf_skeleton"
   // Why each faster way was passed over: the light skeleton for libbpf's, or

@@ -431,6 +431,7 @@ json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Findi
             {"vanished", snap.scan_stats.vanished},
             {"denied", snap.scan_stats.denied},
             {"malformed", snap.scan_stats.malformed},
+            {"fds_denied", snap.scan_stats.fds_denied},
             {"fds_from", snap.scan_stats.fds_from},
             {"fds_loader", snap.scan_stats.fds_loader},
             {"fds_note", snap.scan_stats.fds_note}}}};

@@ -520,6 +520,67 @@ TEST_F(ExporterIntegration, ConcurrentSlowAndMalformedClientsAreBounded) {
   EXPECT_EQ(exporter.stop(), 0);
 }
 
+// The least privilege docs/exporter.md names, run for real: the scan as
+// nobody with exactly CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_BPF and
+// CAP_PERFMON sees root's GPU holder through the BPF iterator; without the
+// BPF pair it walks /proc and still sees it; with no capability it cannot
+// read other users' descriptors, and says so instead of calling the node clean.
+TEST_F(ExporterIntegration, TheScanSeesEveryHolderWithExactlyTheFourCapabilitiesAndSaysWhenItCannot) {
+  ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);  // the host root, searchable by nobody
+  Child holder = Child::spawn({kWorker, "hold", "--gpu", "sim", "--bytes", std::to_string(64 * kMiB)}, env_);
+  const json ready = ready_line(holder);
+  ASSERT_TRUE(ready.contains("pid")) << ready.dump();
+  const int holder_pid = ready["pid"].get<int>();
+  auto as_nobody = [&](const std::string& caps, const std::vector<std::string>& args) {
+    std::vector<std::string> argv{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                  "--inh-caps=" + caps, "--ambient-caps=" + caps, "--bounding-set=" + caps, kGpureap};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return gpureap::testing::run(argv, env_);
+  };
+  const std::vector<std::string> trace{"trace", "--json", "--gpu", "sim", "--host-root", host_};
+  auto devices_of_holder = [&](const json& out) {
+    for (const auto& p : out["processes"]) {
+      if (p["pid"] == holder_pid) return p["devices"].size();
+    }
+    return std::size_t{0};
+  };
+
+  auto four = as_nobody("-all,+sys_ptrace,+dac_read_search,+bpf,+perfmon", trace);
+  EXPECT_EQ(four.exit_code, 0) << four.err;
+  const json a = json::parse(four.out, nullptr, false);
+  ASSERT_TRUE(a.is_object()) << four.out << four.err;
+  EXPECT_EQ(a["scan"]["fds_from"], "bpf") << a["scan"].dump();
+  EXPECT_EQ(a["scan"]["denied"], 0);
+  // What root itself cannot read stays unread (this machine's protected PID 1).
+  const auto root_fds_denied = a["scan"]["fds_denied"].get<unsigned>();
+  EXPECT_LE(root_fds_denied, 1U);
+  EXPECT_EQ(devices_of_holder(a), 3U) << four.out;
+
+  auto no_bpf = as_nobody("-all,+sys_ptrace,+dac_read_search", trace);
+  EXPECT_EQ(no_bpf.exit_code, 0) << no_bpf.err;
+  const json b = json::parse(no_bpf.out, nullptr, false);
+  ASSERT_TRUE(b.is_object()) << no_bpf.out << no_bpf.err;
+  EXPECT_EQ(b["scan"]["fds_from"], "procfs");
+  EXPECT_NE(b["scan"]["fds_note"].get<std::string>().find("Operation not permitted"), std::string::npos)
+      << b["scan"].dump();
+  EXPECT_LE(b["scan"]["fds_denied"].get<unsigned>(), 1U);
+  EXPECT_EQ(devices_of_holder(b), 3U) << no_bpf.out;
+
+  auto none = as_nobody("-all", trace);
+  EXPECT_EQ(none.exit_code, 2) << none.out;
+  const json c = json::parse(none.out, nullptr, false);
+  ASSERT_TRUE(c.is_object()) << none.out << none.err;
+  EXPECT_GT(c["scan"]["fds_denied"].get<unsigned>(), root_fds_denied + 1) << c["scan"].dump();
+  EXPECT_EQ(devices_of_holder(c), 0U);
+  EXPECT_NE(none.err.find("could not be read (permission)"), std::string::npos) << none.err;
+
+  auto check = as_nobody("-all", {"check", "--gpu", "sim", "--host-root", host_});
+  EXPECT_EQ(check.exit_code, 2) << check.out;
+  EXPECT_TRUE(check.out.starts_with("UNKNOWN: ")) << check.out;
+  EXPECT_NE(check.out.find("descriptors unreadable"), std::string::npos) << check.out;
+  EXPECT_LE(check.out.size(), 81U) << check.out;  // 80 bytes and the newline
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 constexpr double kSoakWarmScans = 100, kSoakScans = 500;
 #else
