@@ -323,6 +323,10 @@ for n in "${names[@]}"; do
       [[ $pid1 == bash ]] && want=$(jq -c '.[2] | split(" ")' <<<"$argv")
       wait_pid1 "$c" "$want"
       exe=$(in_ctr "$c" busybox readlink /proc/1/exe)
+      # The CUDA worker the chart execs on a real GPU (worker_argv) loads here too.
+      rc=0
+      in_ctr "$c" gpureap-worker-dynamic hold --gpu cuda >"$work/logs/$c.cuda.out" 2>"$work/logs/$c.cuda.err" || rc=$?
+      ((rc == 2)) || fail "$n: gpureap-worker-dynamic --gpu cuda exited $rc, want 2 (libcuda.so.1 missing): $(cat "$work/logs/$c.cuda.err")"
       wpid=$(start_workers "$c")
       obs=$(in_ctr "$c" gpureap observe --gpu sim --json 2>"$work/logs/observe-$c.err") || true
       [[ $(jq -c .pid1.cmdline <<<"$obs") == "$want" ]] ||
