@@ -30,6 +30,8 @@ set -euo pipefail
 }
 test=$1 gpureap=$(realpath -m "$2") tools=$(realpath -m "$3")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/deploy/lib/registry.sh
+source "$here/../lib/registry.sh"
 repo=$(cd "$here/../../.." && pwd)
 helm=$tools/bin/helm
 charts=(gpu-zombie-test gpureap)
@@ -343,66 +345,21 @@ t__confined() {
   echo "least privilege: /healthz 200, no scan errors, nothing denied, descriptors from $got as unconfined; scan $(jq -c .scan "$tmp/confined.json")"
 }
 
-# start_registry [tls]: Debian's docker-registry on a free loopback port, its
-# own config and storage under $tmp; sets $port (with tls also $cert, a
-# self-signed certificate for 127.0.0.1, and htpasswd auth for user "ci" with
-# password $registry_password). Stopped by its PID on exit.
+# start_registry [tls]: tests/deploy/lib/registry.sh's registry under
+# $tmp/registry; sets $port (with tls also $cert and $registry_password, for
+# user "ci"). Stopped by its PID on exit.
 start_registry() {
-  local tls=${1:-}
   need docker-registry curl python3
-  # A free port on loopback: bind port 0, read it back, let it go.
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  mkdir -p "$tmp/registry/storage"
-  cat >"$tmp/registry/config.yml" <<EOF
-version: 0.1
-log:
-  level: warn
-storage:
-  filesystem:
-    rootdirectory: $tmp/registry/storage
-  delete:
-    enabled: true
-http:
-  addr: 127.0.0.1:$port
-EOF
-  local scheme=http curl_args=()
-  if [[ $tls == tls ]]; then
-    need openssl
-    cert=$tmp/registry/cert.pem
-    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 \
-      -addext subjectAltName=IP:127.0.0.1 -keyout "$tmp/registry/key.pem" -out "$cert" 2>"$tmp/registry/openssl.log" ||
-      die "openssl: $(cat "$tmp/registry/openssl.log")"
-    registry_password=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
-    # bcrypt, as the registry's htpasswd wants (glibc's libxcrypt through Python).
-    REGISTRY_PASSWORD=$registry_password python3 -W ignore -c \
-      'import crypt, os; print("ci:" + crypt.crypt(os.environ["REGISTRY_PASSWORD"], crypt.mksalt(crypt.METHOD_BLOWFISH)))' \
-      >"$tmp/registry/htpasswd"
-    cat >>"$tmp/registry/config.yml" <<EOF
-  tls:
-    certificate: $cert
-    key: $tmp/registry/key.pem
-auth:
-  htpasswd:
-    realm: gpureap-test
-    path: $tmp/registry/htpasswd
-EOF
-    scheme=https
-    curl_args=(--cacert "$cert")
-  fi
-  docker-registry serve "$tmp/registry/config.yml" >"$tmp/registry/log" 2>&1 &
-  local pid=$!
-  cleanup_steps+=("kill $pid 2>/dev/null; wait $pid 2>/dev/null")
-  local code="" i
-  for ((i = 0; i < 200; i++)); do # 20 s at most
-    kill -0 "$pid" 2>/dev/null || die "docker-registry exited: $(cat "$tmp/registry/log")"
-    code=$(curl -s "${curl_args[@]}" -o /dev/null -w '%{http_code}' "$scheme://127.0.0.1:$port/v2/" || true)
-    # 200: open; 401: asking for the credentials. Up either way.
-    [[ $code == 200 || $code == 401 ]] && break
-    sleep 0.1
-  done
-  [[ $code == 200 || $code == 401 ]] ||
-    die "docker-registry on $scheme://127.0.0.1:$port did not answer /v2/ within 20 s: $(cat "$tmp/registry/log")"
-  echo "docker-registry: $scheme://127.0.0.1:$port (pid $pid)"
+  [[ ${1:-} == tls ]] && need openssl
+  local started=0
+  registry_start "$tmp/registry" "${1:-}" || started=$?
+  [[ -n $registry_pid ]] && cleanup_steps+=("kill $registry_pid 2>/dev/null; wait $registry_pid 2>/dev/null")
+  ((started == 0)) || die "$registry_error"
+  port=$registry_port
+  cert=$registry_cert
+  local scheme=http
+  [[ -n $cert ]] && scheme=https
+  echo "docker-registry: $scheme://127.0.0.1:$port (pid $registry_pid)"
 }
 
 t_oci() {

@@ -23,6 +23,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/deploy/lib/registry.sh
+source "$here/../lib/registry.sh"
 repo=$(cd "$here/../../.." && pwd)
 build_dir=${GPUREAP_BUILD_DIR:-$repo/build/default}
 keep=false
@@ -41,7 +43,7 @@ say() { printf '[pipeline %6.1fs] %s\n' "$(echo "$(date +%s.%N) - $t0" | bc)" "$
 fail() { say "FAIL: $*"; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || fail "needs root (containerd, runc, mounts)"
-for tool in buildah skopeo containerd ctr containerd-shim-runc-v2 runc docker-registry jq curl nsenter bc; do
+for tool in buildah skopeo containerd ctr containerd-shim-runc-v2 runc docker-registry jq curl nsenter bc python3; do
   command -v "$tool" >/dev/null || fail "$tool not found (scripts/install-deps.sh installs it)"
 done
 gpureap=$build_dir/src/cli/gpureap
@@ -108,36 +110,8 @@ runroot = "$work/storage/run"
 EOF
 export CONTAINERS_STORAGE_CONF=$work/storage.conf
 
-# A free port: the registry fails to start on a taken one; then another.
-port=""
-for _ in 1 2 3 4 5; do
-  try=$((20000 + RANDOM % 40000))
-  cat >"$work/registry.yml" <<EOF
-version: 0.1
-log: {level: warn}
-storage:
-  filesystem: {rootdirectory: $work/registry}
-  delete: {enabled: true}
-http:
-  addr: 127.0.0.1:$try
-EOF
-  docker-registry serve "$work/registry.yml" >"$work/logs/registry.log" 2>&1 &
-  registry_pid=$!
-  for _ in $(seq 100); do
-    kill -0 "$registry_pid" 2>/dev/null || break
-    if curl -fsS -o /dev/null -D "$work/logs/registry.head" "http://127.0.0.1:$try/v2/" 2>/dev/null &&
-      grep -qi '^docker-distribution-api-version: registry/2.0' "$work/logs/registry.head"; then
-      port=$try
-      break
-    fi
-    sleep 0.05
-  done
-  [[ -n $port ]] && break
-  kill -TERM "$registry_pid" 2>/dev/null
-  wait "$registry_pid" 2>/dev/null || true
-  registry_pid=""
-done
-[[ -n $port ]] || fail "docker-registry did not start (log: $(tail -3 "$work/logs/registry.log"))"
+registry_start "$work/registry" || fail "$registry_error"
+port=$registry_port
 say "registry up on 127.0.0.1:$port (pid $registry_pid)"
 
 export GPUREAP_IMAGE_REPO=127.0.0.1:$port/gpu-zombie-test
