@@ -140,7 +140,8 @@ TEST(View, RedactionKeepsOnlyTheProgram) {
 }
 
 TEST(Metrics, RendersEverySeriesOnceWithCountsForEveryKind) {
-  const auto snap = node();
+  auto snap = node();
+  snap.scan_stats.fds_denied = 4;  // processes whose descriptors the scan could not read
   const ex::View v = ex::build_view(snap, gpureap::findings::detect_all(snap), {});
   ex::ScanHealth h;
   h.scans = 3;
@@ -157,6 +158,8 @@ TEST(Metrics, RendersEverySeriesOnceWithCountsForEveryKind) {
             std::size(gpureap::findings::kAllKinds) * std::size(gpureap::findings::kAllSeverities));
   ASSERT_NE(find("gpureap_scan_errors_total"), families.end());
   EXPECT_EQ(find("gpureap_scan_errors_total")->metric[0].counter.value, 1);
+  ASSERT_NE(find("gpureap_scan_unreadable_descriptor_tables"), families.end());
+  EXPECT_EQ(find("gpureap_scan_unreadable_descriptor_tables")->metric[0].gauge.value, 4);
   const std::string text = prometheus::TextSerializer().Serialize(families);
   EXPECT_NE(text.find("gpureap_gpu_process_memory_bytes{gpu=\"0\",uuid=\"GPU-0\",pid=\"100\",comm=\"python3\","
                       "pod=\"trainer-0\",namespace=\"ml\",container=\"worker\",listed=\"true\"} 2147483648"),
