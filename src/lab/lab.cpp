@@ -769,6 +769,19 @@ int run_lab(const LabOptions& options, std::FILE* out, std::FILE* progress_file)
   if (ec) return fail("cannot create " + options.out_dir + ": " + ec.message());
   auto node = LabNode::create();
   if (!node) return fail(node.error().message);
+  // The workers run as the variant's uid too: exec them from the node's own
+  // directory (every user may enter it), not from a build tree that user may
+  // not reach (a checkout under a 0700 directory).
+  const std::string bin = (*node)->root() + "/opt/gpureap-lab/bin";
+  fs::create_directories(bin, ec);
+  for (std::string* worker : {&tools->worker, &tools->worker_dynamic}) {
+    if (ec || worker->empty()) continue;
+    const std::string copy = bin + "/" + fs::path(*worker).filename().string();
+    fs::copy_file(*worker, copy, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::permissions(copy, fs::perms(0755), ec);
+    if (!ec) *worker = copy;
+  }
+  if (ec) return fail("cannot stage the workers in " + bin + ": " + ec.message());
   if (gpu == GpuKind::sim) {
     if (auto st = (*node)->init_sim(static_cast<unsigned>(instances->size())); !st)
       return fail(st.error().message);
