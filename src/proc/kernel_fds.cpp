@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstddef>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -26,12 +27,39 @@ namespace {
 constexpr const char* kVmlinuxBtf = "/sys/kernel/btf/vmlinux";
 constexpr ino_t kInitPidNamespaceInode = 0xEFFFFFFCU;  // include/linux/proc_ns.h
 
-using Record = gpureap_fd_record;
+using FdRecord = gpureap_fd_record;
+using TableRecord = gpureap_table_record;
 using TaskRecord = gpureap_task_record;
-static_assert(sizeof(Record) == 48);
-static_assert(sizeof(TaskRecord) == 104);
+using EndRecord = gpureap_end_record;
+static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(TaskRecord) == 112 &&
+              sizeof(EndRecord) == 8);
+static_assert(sizeof(gpureap_scan_match::inodes) / sizeof(gpureap_scan_match::inodes[0]) ==
+              GPUREAP_MAX_MATCH_INODES);
 constexpr unsigned kMaxNsLevels = GPUREAP_MAX_NS_LEVELS;
 constexpr std::uint32_t kPfExiting = 0x4;  // include/linux/sched.h: PF_EXITING
+
+// A record's size from its kind (records.h); 0 for a kind we do not know.
+std::size_t record_size(std::uint32_t kind) {
+  switch (kind) {
+    case GPUREAP_REC_FD:
+      return sizeof(FdRecord);
+    case GPUREAP_REC_TABLE:
+      return sizeof(TableRecord);
+    case GPUREAP_REC_TASK:
+      return sizeof(TaskRecord);
+    case GPUREAP_REC_END:
+      return sizeof(EndRecord);
+    default:
+      return 0;
+  }
+}
+
+template <class T>
+T record_as(const char* bytes) {
+  T r{};
+  std::memcpy(&r, bytes, sizeof r);
+  return r;
+}
 
 // The css_set that speaks for a task's /proc/PID/cgroup, or 0. That file is
 // the css_set's cgroups, but for an exiting task (a zombie, or a leader
@@ -45,20 +73,64 @@ long bpf(int cmd, bpf_attr& attr) {
   return ::syscall(SYS_bpf, cmd, &attr, sizeof attr);
 }
 
-// The two loaded iterator programs, owned.
+// What loaded, owned: the table walk (scan, and its switch), or the
+// task_file form (fds and tasks).
 struct ScanPrograms {
+  sys::UniqueFd scan;
+  sys::UniqueFd data_map;
   sys::UniqueFd fds;
   sys::UniqueFd tasks;
 };
 
-using LoadFn = int (*)(gpureap_scan_progs*, char*, std::size_t);
+ScanPrograms owned(const gpureap_scan_progs& p) {
+  return ScanPrograms{sys::UniqueFd(p.scan_prog), sys::UniqueFd(p.data_map),
+                      sys::UniqueFd(p.fds_prog), sys::UniqueFd(p.tasks_prog)};
+}
 
-sys::Result<ScanPrograms> load_with(LoadFn load) {
-  gpureap_scan_progs progs{-1, -1};
+sys::Result<ScanPrograms> load_light(const gpureap_scan_match& match) {
+  gpureap_scan_progs progs{-1, -1, -1, -1};
   char why[512] = {};
-  const int rc = load(&progs, why, sizeof why);
+  const int rc = gpureap_load_scan_light(&match, &progs, why, sizeof why);
   if (rc != 0) return sys::Error{-rc, why};
-  return ScanPrograms{sys::UniqueFd(progs.fds_prog), sys::UniqueFd(progs.tasks_prog)};
+  return owned(progs);
+}
+
+sys::Result<ScanPrograms> load_libbpf(const gpureap_scan_match& match) {
+  gpureap_scan_progs progs{-1, -1, -1, -1};
+  char why[512] = {};
+  const int rc = gpureap_load_scan_libbpf(&match, &progs, why, sizeof why);
+  if (rc != 0) return sys::Error{-rc, why};
+  return owned(progs);
+}
+
+sys::Result<ScanPrograms> load_compat(const gpureap_scan_match&) {
+  gpureap_scan_progs progs{-1, -1, -1, -1};
+  char why[512] = {};
+  const int rc = gpureap_load_scan_compat(&progs, why, sizeof why);
+  if (rc != 0) return sys::Error{-rc, why};
+  return owned(progs);
+}
+
+// The regular files the table walk names by inode number, or why it cannot
+// (then the task_file form answers).
+struct WalkMatch {
+  gpureap_scan_match match{};
+  std::string gap;
+};
+
+WalkMatch walk_match(const DeviceMatcher& devices) {
+  WalkMatch m;
+  for (const auto& n : devices.nodes) {
+    if (n.rdev || !n.file) continue;
+    if (m.match.count == GPUREAP_MAX_MATCH_INODES) {
+      m.match.count = 0;
+      m.gap = "table walk: more than " + std::to_string(GPUREAP_MAX_MATCH_INODES) +
+              " device files are regular files";
+      return m;
+    }
+    m.match.inodes[m.match.count++] = n.file->ino;
+  }
+  return m;
 }
 
 // Attaches an iterator program and starts one iteration: the descriptor to
@@ -77,18 +149,19 @@ sys::Result<sys::UniqueFd> start_iterator(int prog_fd, const std::string& what) 
   return sys::UniqueFd(static_cast<int>(iter));
 }
 
-// The programs loaded, and the descriptor iterator started, through the
-// light skeleton where the kernel can run its loader, else the regular one
-// (libbpf, linked statically). `fallback` says why the light one was passed over.
+// The programs loaded and the first iteration started: the table walk
+// through the light skeleton where the kernel can run its loader, else
+// through the regular one (libbpf, linked statically), else the task_file
+// form through libbpf. `fallback` says why each one before was passed over.
 struct Started {
   ScanPrograms programs;
-  sys::UniqueFd fd_iter;
-  std::string loader;    // "light_skeleton" or "libbpf_skeleton"
+  sys::UniqueFd iter;    // gpureap_scan's, or the task_file form's gpureap_fds'
+  std::string loader;    // "light_skeleton", "libbpf_skeleton" or "libbpf_task_file"
   std::string fallback;  // empty when the light skeleton answered
 };
 
-sys::Result<Started> start_scan() {
-  // Both skeletons resolve CO-RE relocations against the kernel's BTF: the
+sys::Result<Started> start_scan(const DeviceMatcher& devices) {
+  // Every skeleton resolves CO-RE relocations against the kernel's BTF: the
   // light one in the kernel, libbpf from this file. No file, no BTF.
   struct stat btf {};
   if (::stat(kVmlinuxBtf, &btf) != 0) {
@@ -97,16 +170,21 @@ sys::Result<Started> start_scan() {
   struct Loader {
     const char* name;   // for scan.fds_loader
     const char* label;  // for the note
-    LoadFn load;
+    sys::Result<ScanPrograms> (*load)(const gpureap_scan_match&);
+    bool walks;  // loads the table walk
   };
-  const Loader loaders[] = {{"light_skeleton", "light skeleton", gpureap_load_scan_light},
-                            {"libbpf_skeleton", "libbpf skeleton", gpureap_load_scan_libbpf}};
-  std::string why;
+  const Loader loaders[] = {{"light_skeleton", "light skeleton", load_light, true},
+                            {"libbpf_skeleton", "libbpf skeleton", load_libbpf, true},
+                            {"libbpf_task_file", "libbpf task_file", load_compat, false}};
+  const WalkMatch walk = walk_match(devices);
+  std::string why = walk.gap;
   int last_err = 0;
   for (const auto& loader : loaders) {
-    auto progs = load_with(loader.load);
+    if (loader.walks && !walk.gap.empty()) continue;
+    auto progs = loader.load(walk.match);
     if (progs) {
-      auto iter = start_iterator(progs->fds.get(), "BPF descriptor iterator");
+      const int first = loader.walks ? progs->scan.get() : progs->fds.get();
+      auto iter = start_iterator(first, "BPF descriptor iterator");
       if (iter) return Started{std::move(progs.value()), std::move(iter.value()), loader.name, why};
       progs = iter.error();
     }
@@ -117,10 +195,10 @@ sys::Result<Started> start_scan() {
   return sys::Error{last_err, why};
 }
 
-// Reads one started iteration: fn(bytes) once per record of `size` bytes, in
-// the order the kernel wrote them.
+// Reads one started iteration: fn(kind, bytes) once per record, in the order
+// the kernel wrote them.
 template <class Fn>
-sys::Status read_iterator(int iter_fd, std::size_t size, const std::string& what, Fn&& fn) {
+sys::Status read_iterator(int iter_fd, const std::string& what, Fn&& fn) {
   std::vector<char> buf(65536);
   std::size_t carry = 0;  // bytes of a record cut by the previous read
   for (;;) {
@@ -130,7 +208,16 @@ sys::Status read_iterator(int iter_fd, std::size_t size, const std::string& what
     if (n == 0) break;
     const std::size_t have = carry + static_cast<std::size_t>(n);
     std::size_t at = 0;
-    for (; at + size <= have; at += size) fn(buf.data() + at);
+    while (have - at >= sizeof(std::uint32_t)) {
+      std::uint32_t kind = 0;
+      std::memcpy(&kind, buf.data() + at, sizeof kind);
+      const std::size_t size = record_size(kind);
+      if (size == 0)
+        return sys::Error{EBADMSG, what + ": a record of unknown kind " + std::to_string(kind)};
+      if (have - at < size) break;
+      fn(kind, buf.data() + at);
+      at += size;
+    }
     carry = have - at;
     std::memmove(buf.data(), buf.data() + at, carry);
   }
@@ -152,16 +239,18 @@ class Aggregator {
   Aggregator(const DeviceMatcher& devices, std::uint64_t ns_per_tick)
       : devices_(devices), ns_per_tick_(ns_per_tick), node_counts_(devices.nodes.size(), 0) {}
 
-  void add(const Record& r) {
-    const auto tgid = static_cast<pid_t>(r.tgid);
-    if (!open_ || current_.tgid != tgid) {
-      flush();
-      current_ = KernelFdSummary{};
-      current_.tgid = tgid;
-      open_ = true;
-    }
-    if (r.pid == r.tgid) current_.start_ticks = r.start_ns / ns_per_tick_;
-    ++current_.fd_count;
+  // A descriptor table's end (the table walk): its count of open descriptors.
+  void add(const TableRecord& t) {
+    enter(t.tgid, t.pid, t.start_ns);
+    current_.fd_count += t.open_fds;
+    if (t.complete != 1) current_.complete = false;
+  }
+
+  // One descriptor. `counted`: every descriptor has a record (task_file);
+  // else only candidates do, and the table's end carries the count.
+  void add(const FdRecord& r, bool counted) {
+    enter(r.tgid, r.pid, r.start_ns);
+    if (counted) ++current_.fd_count;
     KernelFdRecord k{r.mode, user_dev_from_kernel(r.rdev), user_dev_from_kernel(r.dev), r.ino};
     auto m = match_kernel_fd(devices_, k);
     if (m.node >= 0 || m.rdev) {
@@ -198,6 +287,7 @@ class Aggregator {
       }
       auto& into = merged.back();
       into.fd_count += s.fd_count;
+      into.complete = into.complete && s.complete;
       into.gpu_files.insert(into.gpu_files.end(), s.gpu_files.begin(), s.gpu_files.end());
       into.gpu_fd_numbers.insert(into.gpu_fd_numbers.end(), s.gpu_fd_numbers.begin(),
                                  s.gpu_fd_numbers.end());
@@ -215,10 +305,24 @@ class Aggregator {
         }
       }
     }
+    // A table the walk could not finish: /proc answers for its process.
+    std::erase_if(merged, [](const KernelFdSummary& s) { return !s.complete; });
     return merged;
   }
 
  private:
+  // Records of thread `pid` of process `tgid` follow.
+  void enter(std::uint32_t tgid, std::uint32_t pid, std::uint64_t start_ns) {
+    const auto process = static_cast<pid_t>(tgid);
+    if (!open_ || current_.tgid != process) {
+      flush();
+      current_ = KernelFdSummary{};
+      current_.tgid = process;
+      open_ = true;
+    }
+    if (pid == tgid) current_.start_ticks = start_ns / ns_per_tick_;
+  }
+
   void flush() {
     if (!open_) return;
     for (std::size_t i = 0; i < node_counts_.size(); ++i) {
@@ -270,7 +374,45 @@ std::optional<pid_t> procfs_self(const sys::HostRoot& root) {
   return v;
 }
 
-// The task program, best effort: without it the scan reads /proc/PID/status and stat.
+// One task record as the scan uses it; nothing where status must answer.
+std::optional<KernelTask> kernel_task(const TaskRecord& r, std::uint64_t ns_per_tick) {
+  // Unreadable (a failed read leaves a 0, never a pid) or nested deeper than
+  // recorded: status answers.
+  if (r.uid == ~0U || r.level >= kMaxNsLevels) return std::nullopt;
+  for (unsigned i = 0; i <= r.level; ++i) {
+    if (r.nspid[i] == 0) return std::nullopt;
+  }
+  KernelTask t;
+  t.tgid = static_cast<pid_t>(r.tgid);
+  t.uid = static_cast<uid_t>(r.uid);
+  t.start_ticks = r.start_ns / ns_per_tick;
+  t.css_set = shareable_css_set(r);
+  t.levels = static_cast<std::uint8_t>(r.level + 1);
+  for (unsigned i = 0; i < t.levels; ++i) t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
+  if (r.stat_ok == 1 && r.comm[0] != '\0') {
+    StatInfo st;
+    st.pid = t.tgid;
+    st.comm.assign(r.comm, strnlen(r.comm, sizeof r.comm));
+    st.state = task_state_letter(r.state, r.exit_state);
+    st.ppid = static_cast<pid_t>(r.ppid);
+    st.pgrp = static_cast<pid_t>(r.pgrp);
+    st.session = static_cast<pid_t>(r.session);
+    st.flags = r.flags;
+    st.start_time = t.start_ticks;
+    // Not for kernel threads: stat shows a worker's or kthread's full name,
+    // longer than comm.
+    if (!st.kernel_thread()) t.stat = std::move(st);
+  }
+  return t;
+}
+
+void sort_tasks(std::vector<KernelTask>& tasks) {
+  std::sort(tasks.begin(), tasks.end(),
+            [](const KernelTask& a, const KernelTask& b) { return a.tgid < b.tgid; });
+}
+
+// The task_file form's task program, best effort: without it the scan reads
+// /proc/PID/status and stat.
 void read_kernel_tasks(int tasks_prog, std::uint64_t ns_per_tick, KernelFdTable& table) {
   auto iter = start_iterator(tasks_prog, "BPF task iterator");
   if (!iter) {
@@ -280,45 +422,17 @@ void read_kernel_tasks(int tasks_prog, std::uint64_t ns_per_tick, KernelFdTable&
   // About one leader per process the descriptor pass saw, some without descriptors.
   table.tasks.reserve(table.processes.size() + table.processes.size() / 4 + 64);
   auto ran =
-      read_iterator(iter->get(), sizeof(TaskRecord), "BPF task iterator", [&](const char* bytes) {
-        TaskRecord r{};
-        std::memcpy(&r, bytes, sizeof r);
-        // Unreadable (a failed read leaves a 0, never a
-        // pid) or nested deeper than recorded: status answers.
-        if (r.uid == ~0U || r.level >= kMaxNsLevels) return;
-        for (unsigned i = 0; i <= r.level; ++i) {
-          if (r.nspid[i] == 0) return;
-        }
-        KernelTask t;
-        t.tgid = static_cast<pid_t>(r.tgid);
-        t.uid = static_cast<uid_t>(r.uid);
-        t.start_ticks = r.start_ns / ns_per_tick;
-        t.css_set = shareable_css_set(r);
-        t.levels = static_cast<std::uint8_t>(r.level + 1);
-        for (unsigned i = 0; i < t.levels; ++i) t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
-        if (r.stat_ok == 1 && r.comm[0] != '\0') {
-          StatInfo st;
-          st.pid = t.tgid;
-          st.comm.assign(r.comm, strnlen(r.comm, sizeof r.comm));
-          st.state = task_state_letter(r.state, r.exit_state);
-          st.ppid = static_cast<pid_t>(r.ppid);
-          st.pgrp = static_cast<pid_t>(r.pgrp);
-          st.session = static_cast<pid_t>(r.session);
-          st.flags = r.flags;
-          st.start_time = t.start_ticks;
-          // Not for kernel threads: stat shows a worker's
-          // or kthread's full name, longer than comm.
-          if (!st.kernel_thread()) t.stat = std::move(st);
-        }
-        table.tasks.push_back(std::move(t));
+      read_iterator(iter->get(), "BPF task iterator", [&](std::uint32_t kind, const char* bytes) {
+        if (kind != GPUREAP_REC_TASK) return;
+        if (auto t = kernel_task(record_as<TaskRecord>(bytes), ns_per_tick))
+          table.tasks.push_back(std::move(*t));
       });
   if (!ran) {
     table.tasks.clear();
     table.tasks_note = ran.error().message;
     return;
   }
-  std::sort(table.tasks.begin(), table.tasks.end(),
-            [](const KernelTask& a, const KernelTask& b) { return a.tgid < b.tgid; });
+  sort_tasks(table.tasks);
 }
 
 }  // namespace
@@ -396,11 +510,12 @@ sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const 
   if (!iter) return iter.error();
   std::vector<std::pair<pid_t, std::uint64_t>> ids;
   ids.reserve(table.tasks.size() + 64);
-  auto ran = read_iterator(iter->get(), sizeof(TaskRecord), "BPF task iterator", [&](const char* bytes) {
-    TaskRecord r{};
-    std::memcpy(&r, bytes, sizeof r);
-    ids.emplace_back(static_cast<pid_t>(r.tgid), shareable_css_set(r));
-  });
+  auto ran =
+      read_iterator(iter->get(), "BPF task iterator", [&](std::uint32_t kind, const char* bytes) {
+        if (kind != GPUREAP_REC_TASK) return;
+        const auto r = record_as<TaskRecord>(bytes);
+        ids.emplace_back(static_cast<pid_t>(r.tgid), shareable_css_set(r));
+      });
   if (!ran) return ran.error();
   std::sort(ids.begin(), ids.end());
   return ids;
@@ -426,24 +541,37 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
     return sys::Error{EINVAL, "clock ticks per second: " + std::to_string(hz)};
   const auto ns_per_tick = static_cast<std::uint64_t>(1000000000L / hz);
 
-  auto started = start_scan();
+  auto started = start_scan(devices);
   if (!started) return started.error();
   KernelFdTable table;
   table.loader = std::move(started->loader);
   table.loader_note = std::move(started->fallback);
   table.started_ticks = boottime_ticks(ns_per_tick);
+  ScanPrograms& programs = started->programs;
+  const bool walks = programs.scan.get() >= 0;
   Aggregator agg(devices, ns_per_tick);
   std::optional<pid_t> reader;
-  auto ran = read_iterator(started->fd_iter.get(), sizeof(Record), "BPF descriptor iterator",
-                           [&](const char* bytes) {
-                             Record r{};
-                             std::memcpy(&r, bytes, sizeof r);
-                             if (r.pid == 0) {
-                               reader = static_cast<pid_t>(r.tgid);
-                             } else {
-                               agg.add(r);
-                             }
-                           });
+  if (walks) table.tasks.reserve(4096);
+  auto ran = read_iterator(
+      started->iter.get(), "BPF descriptor iterator", [&](std::uint32_t kind, const char* bytes) {
+        switch (kind) {
+          case GPUREAP_REC_FD:
+            agg.add(record_as<FdRecord>(bytes), !walks);
+            break;
+          case GPUREAP_REC_TABLE:
+            agg.add(record_as<TableRecord>(bytes));
+            break;
+          case GPUREAP_REC_TASK:
+            if (auto t = kernel_task(record_as<TaskRecord>(bytes), ns_per_tick))
+              table.tasks.push_back(std::move(*t));
+            break;
+          case GPUREAP_REC_END:
+            reader = static_cast<pid_t>(record_as<EndRecord>(bytes).reader_tgid);
+            break;
+          default:
+            break;
+        }
+      });
   if (!ran) return ran.error();
   if (!reader) return sys::Error{EBADMSG, "BPF descriptor iterator: no end marker"};
   if (*reader != *self) {
@@ -452,8 +580,23 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
                                  std::to_string(*reader) + ")"};
   }
   table.processes = agg.finish();
-  read_kernel_tasks(started->programs.tasks.get(), ns_per_tick, table);
-  if (!table.tasks.empty()) table.tasks_program = std::move(started->programs.tasks);
+  if (!walks) {
+    read_kernel_tasks(programs.tasks.get(), ns_per_tick, table);
+    if (!table.tasks.empty()) table.tasks_program = std::move(programs.tasks);
+    return table;
+  }
+  sort_tasks(table.tasks);
+  // From now on the program writes task records only: what the css_set
+  // re-check reads. Where it cannot be switched, there is no re-check and
+  // every process reads its own cgroup file.
+  if (!table.tasks.empty()) {
+    char why[256] = {};
+    if (gpureap_scan_tasks_only(programs.data_map.get(), why, sizeof why) == 0) {
+      table.tasks_program = std::move(programs.scan);
+    } else {
+      table.tasks_note = why;
+    }
+  }
   return table;
 }
 

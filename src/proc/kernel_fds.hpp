@@ -48,6 +48,9 @@ struct KernelFdSummary {
   // sorted, no repeats: Process::gpu_files.
   std::vector<std::uint64_t> gpu_files;
   std::vector<int> gpu_fd_numbers;  // their numbers in the leader's table (for kcmp)
+  // false: one of its tables could not be walked whole; read_kernel_fds
+  // drops such entries, so the scan walks /proc/PID/fd for them.
+  bool complete = true;
 };
 
 // What /proc/PID/status would give for one process, from a BPF task iterator.

@@ -1,157 +1,197 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The process scan's two BPF iterators, compiled with clang at build time and
+/* The process scan's BPF iterator, compiled with clang at build time and
  * loaded through a libbpf skeleton (kernel_scan_loaders.c). Every member read
  * is a CO-RE relocation (kernel_types.h), resolved against the running
  * kernel's BTF at load time.
  *
- * gpureap_fds: one record per open descriptor of every task (task_file).
- * gpureap_tasks: one record per thread-group leader with what status and
- * stat hold (task), so the scan opens two files less per process, and its
- * css_set, so it reads /proc/PID/cgroup once per css_set. */
-#include "kernel_types.h"
-
-#include <bpf/bpf_core_read.h>
-#include <bpf/bpf_helpers.h>
-
-#include "records.h"
+ * One task iterator program, gpureap_scan: per thread-group leader what
+ * status and stat hold, so the scan opens two files less per process, and its
+ * css_set, so it reads /proc/PID/cgroup once per css_set (kernel_tasks.bpf.h);
+ * then per descriptor table its GPU candidates and its count of open
+ * descriptors, read from the table itself (no file reference taken per
+ * descriptor, as the task_file iterator takes). One program: each costs its
+ * load a search of the kernel's BTF for its attach point.
+ * kernel_scan_compat.bpf.c is the task_file form, for kernels before 5.17. */
+#include "kernel_tasks.bpf.h"
 
 /* bpf_seq_write is GPL-only, like every iterator helper. */
 char LICENSE[] SEC("license") = "GPL";
 
-SEC("iter/task_file")
-int gpureap_fds(struct bpf_iter__task_file *ctx)
-{
-	struct seq_file *seq = ctx->meta->seq;
-	struct task_struct *task = ctx->task;
-	struct file *file = ctx->file;
-	struct gpureap_fd_record r = {};
+/* The regular files the reader names by inode number (read-only data, set
+ * before load: the simulated GPU's device files; none on a real node). */
+const volatile __u32 gpureap_match_inode_count = 0;
+const volatile __u64 gpureap_match_inodes[GPUREAP_MAX_MATCH_INODES] = {};
 
-	if (!file) {
-		/* The iteration's end: our own tgid tells the reader which PID
-		 * namespace numbered the records (the initial one, or it declines). */
-		r.tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
-		r.fd = ~0U;
-		bpf_seq_write(seq, &r, sizeof(r));
+/* 0: task records only. The reader clears it to run the program again for
+ * the css_set re-check (proc/scan.cpp), which needs no descriptors. */
+volatile __u32 gpureap_walk_tables = 1;
+
+/* The char devices every process has and no GPU ever is (the reader's
+ * never_a_gpu): /dev/null, random, urandom, ttys, the console, ptmx, pts. */
+static __always_inline int never_a_gpu(__u32 rdev)
+{
+	__u32 maj = rdev >> 20, min = rdev & 0xfffff;
+
+	if (maj == 1)
+		return min == 3 || min == 8 || min == 9;
+	if (maj == 5)
+		return min <= 2;
+	return maj == 4 || (maj >= 136 && maj <= 143);
+}
+
+/* One table's walk, shared by its loops' callbacks (on the program's stack). */
+struct walk {
+	struct seq_file *seq;
+	struct file **fd;
+	unsigned long *open_fds;
+	__u64 word;  /* open_fds bits of the current 64 descriptors */
+	__u32 open;  /* descriptors open */
+	__u32 written;
+	__u32 complete;
+	__u32 tgid;
+	__u32 pid;
+	__u64 start_ns;
+};
+
+static __always_inline __u32 popcount64(__u64 x)
+{
+	x = x - ((x >> 1) & 0x5555555555555555ULL);
+	x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+	return (__u32)((x * 0x0101010101010101ULL) >> 56);
+}
+
+/* Descriptor `fd` of the table: written when it may be a GPU's. 1 stops the walk. */
+static long walk_descriptor(__u64 fd, void *ctx)
+{
+	struct walk *w = ctx;
+	struct gpureap_fd_record r;
+	struct file *file = 0;
+	struct inode *inode = 0;
+	__u16 mode = 0;
+
+	if ((fd & 63) == 0) {
+		if (bpf_probe_read_kernel(&w->word, sizeof(w->word), w->open_fds + fd / 64)) {
+			w->complete = 0;
+			return 1;
+		}
+		w->open += popcount64(w->word);
+	}
+	if (!(w->word & (1ULL << (fd & 63))))
+		return 0;
+	if (bpf_probe_read_kernel(&file, sizeof(file), w->fd + fd) || !file)
+		return 0;
+	if (bpf_core_read(&inode, sizeof(inode), &file->f_inode) || !inode)
+		return 0;
+	if (bpf_core_read(&mode, sizeof(mode), &inode->i_mode))
+		return 0;
+	r.rdev = 0;
+	r.dev = 0;
+	r.ino = 0;
+	if ((mode & 0170000) == 0020000) { /* S_ISCHR */
+		if (bpf_core_read(&r.rdev, sizeof(r.rdev), &inode->i_rdev) || never_a_gpu(r.rdev))
+			return 0;
+	} else if ((mode & 0170000) == 0100000 && gpureap_match_inode_count) { /* S_ISREG */
+		unsigned long ino = 0;
+		int named = 0;
+
+		if (bpf_core_read(&ino, sizeof(ino), &inode->i_ino))
+			return 0;
+		#pragma unroll
+		for (__u32 i = 0; i < GPUREAP_MAX_MATCH_INODES; i++) {
+			if (i < gpureap_match_inode_count && gpureap_match_inodes[i] == ino)
+				named = 1;
+		}
+		if (!named)
+			return 0;
+		struct super_block *sb = 0;
+		if (bpf_core_read(&sb, sizeof(sb), &inode->i_sb) || !sb ||
+		    bpf_core_read(&r.dev, sizeof(r.dev), &sb->s_dev))
+			return 0;
+		r.ino = ino;
+	} else {
 		return 0;
 	}
-	if (!task)
-		return 0;
-	/* Direct loads from the iterator's trusted pointers: a handful per
-	 * descriptor, cheaper than a helper call each. */
-	r.tgid = (__u32)task->tgid;
-	r.pid = (__u32)task->pid;
-	r.start_ns = task->start_boottime;
-	r.fd = ctx->fd;
+	if (w->written >= GPUREAP_MAX_CANDIDATES) {
+		w->complete = 0;
+		return 1;
+	}
+	r.kind = GPUREAP_REC_FD;
+	r.unused = 0;
+	r.tgid = w->tgid;
+	r.pid = w->pid;
+	r.start_ns = w->start_ns;
+	r.fd = (__u32)fd;
+	r.mode = mode;
 	r.file = (__u64)(unsigned long)file;
-	struct inode *inode = file->f_inode;
-	if (inode) {
-		r.mode = inode->i_mode;
-		r.rdev = inode->i_rdev;
-		r.ino = inode->i_ino;
-		struct super_block *sb = inode->i_sb;
-		if (sb)
-			r.dev = sb->s_dev;
-	}
-	bpf_seq_write(seq, &r, sizeof(r));
+	bpf_seq_write(w->seq, &r, sizeof(r));
+	w->written++;
 	return 0;
 }
 
-/* A pid's number at one level of PID namespaces: numbers[] is a flexible
- * array of struct upid, stepped by that struct's size in this kernel. */
-static __always_inline int read_upid_nr(__u32 *dst, const struct pid *pid, __u32 level)
+/* Each descriptor table once: a thread-group leader's, and a thread's that
+ * has its own (unshare(CLONE_FILES)); threads sharing the leader's are
+ * skipped, as the task_file iterator skips them. The table is read under
+ * the iterator's RCU read lock, as the kernel's own lockless lookups read it. */
+static __always_inline void walk_table(struct seq_file *seq, struct task_struct *task,
+				       struct files_struct *files)
 {
-	const char *numbers = (const char *)pid + bpf_core_field_offset(struct pid, numbers);
-	const char *nr = numbers + level * bpf_core_type_size(struct upid) +
-			 bpf_core_field_offset(struct upid, nr);
-	return bpf_probe_read_kernel(dst, sizeof(*dst), nr);
-}
+	struct fdtable *fdt = 0;
+	unsigned int max_fds = 0;
+	struct walk w = {};
+	struct gpureap_table_record end = {};
 
-/* What stat holds, as do_task_stat computes it for the initial PID namespace.
- * Read through bpf_probe_read_kernel: values land on the stack as scalars, so
- * the verifier walks no BTF pointer (each such walk searched vmlinux BTF, ~1 ms,
- * on 6.x). Returns 1 when every read succeeded. */
-static __always_inline __u32 read_stat(struct gpureap_task_record *r, struct task_struct *task)
-{
-	struct task_struct *parent = 0;
-	struct signal_struct *signal = 0;
-	struct pid *group = 0, *session = 0;
-	int failed = 0;
+	w.seq = seq;
+	w.tgid = (__u32)task->tgid;
+	w.pid = (__u32)task->pid;
+	w.start_ns = task->start_boottime;
+	w.complete = 1;
+	if (bpf_core_read(&fdt, sizeof(fdt), &files->fdt) || !fdt ||
+	    bpf_core_read(&max_fds, sizeof(max_fds), &fdt->max_fds) ||
+	    bpf_core_read(&w.fd, sizeof(w.fd), &fdt->fd) ||
+	    bpf_core_read(&w.open_fds, sizeof(w.open_fds), &fdt->open_fds) ||
+	    max_fds > GPUREAP_MAX_FD_WORDS * 64)
+		w.complete = 0;
+	else
+		bpf_loop(max_fds, walk_descriptor, &w, 0);
 
-	failed |= bpf_core_read(&r->flags, sizeof(r->flags), &task->flags);
-	if (bpf_core_field_exists(task->__state)) {
-		failed |= bpf_core_read(&r->state, sizeof(r->state), &task->__state);
-	} else {
-		struct task_struct___pre_5_14 *old = (void *)task;
-		long state = 0;
-		failed |= bpf_core_read(&state, sizeof(state), &old->state);
-		r->state = (__u32)state;
-	}
-	failed |= bpf_core_read(&r->exit_state, sizeof(r->exit_state), &task->exit_state);
-	failed |= bpf_core_read(&r->comm, sizeof(r->comm), &task->comm);
-	failed |= bpf_core_read(&parent, sizeof(parent), &task->real_parent);
-	if (failed || !parent)
-		return 0;
-	failed |= bpf_core_read(&r->ppid, sizeof(r->ppid), &parent->tgid);
-	failed |= bpf_core_read(&signal, sizeof(signal), &task->signal);
-	if (failed || !signal)
-		return 0;
-	failed |= bpf_core_read(&group, sizeof(group), &signal->pids[GPUREAP_PIDTYPE_PGID]);
-	failed |= bpf_core_read(&session, sizeof(session), &signal->pids[GPUREAP_PIDTYPE_SID]);
-	if (failed || !group || !session)
-		return 0;
-	/* Level 0: the reader is in the initial PID namespace (checked by the
-	 * descriptor iterator's end marker). */
-	failed |= read_upid_nr(&r->pgrp, group, 0);
-	failed |= read_upid_nr(&r->session, session, 0);
-	return failed ? 0 : 1;
-}
-
-/* The task's css_set: the reader reads /proc/PID/cgroup once per css_set,
- * not once per process. 0 when the read fails. */
-static __always_inline __u64 read_css_set(struct task_struct *task)
-{
-	struct css_set *cset = 0;
-
-	if (bpf_core_read(&cset, sizeof(cset), &task->cgroups))
-		return 0;
-	return (__u64)(unsigned long)cset;
+	end.kind = GPUREAP_REC_TABLE;
+	end.tgid = w.tgid;
+	end.pid = w.pid;
+	end.open_fds = w.open;
+	end.start_ns = w.start_ns;
+	end.complete = w.complete;
+	bpf_seq_write(seq, &end, sizeof(end));
 }
 
 SEC("iter/task")
-int gpureap_tasks(struct bpf_iter__task *ctx)
+int gpureap_scan(struct bpf_iter__task *ctx)
 {
+	struct seq_file *seq = ctx->meta->seq;
 	struct task_struct *task = ctx->task;
-	struct gpureap_task_record r = {};
-	const struct cred *cred = 0;
-	struct pid *pid = 0;
-	__u32 level = 0;
+	struct files_struct *files = 0;
+	const int leader = task && task->tgid == task->pid;
 
-	if (!task)
+	if (!task) {
+		write_end_record(seq);
 		return 0;
-	if (task->tgid != task->pid)
-		return 0; /* threads: their leader speaks for the process */
-	r.tgid = (__u32)task->tgid;
-	r.start_ns = task->start_boottime;
-	r.uid = ~0U;
-	r.level = ~0U;
-	if (bpf_core_read(&cred, sizeof(cred), &task->real_cred) == 0 && cred) {
-		__u32 uid = 0;
-		/* Not straight into r.uid: a failed read zeroes its target (root). */
-		if (bpf_core_read(&uid, sizeof(uid), &cred->uid.val) == 0)
-			r.uid = uid;
 	}
-	r.stat_ok = read_stat(&r, task);
-	r.css_set = read_css_set(task);
-	if (bpf_core_read(&pid, sizeof(pid), &task->thread_pid) == 0 && pid &&
-	    bpf_core_read(&level, sizeof(level), &pid->level) == 0) {
-		r.level = level;
-#pragma unroll
-		for (__u32 i = 0; i < GPUREAP_MAX_NS_LEVELS; i++) {
-			/* A failed read leaves 0, never a pid: the reader then reads status. */
-			if (i <= level)
-				read_upid_nr(&r.nspid[i], pid, i);
-		}
+	if (leader)
+		write_task_record(seq, task);
+	if (!gpureap_walk_tables)
+		return 0;
+	if (bpf_core_read(&files, sizeof(files), &task->files) || !files)
+		return 0;
+	if (!leader) {
+		struct task_struct *group_leader = 0;
+		struct files_struct *leader_files = 0;
+
+		if (bpf_core_read(&group_leader, sizeof(group_leader), &task->group_leader) ||
+		    !group_leader ||
+		    bpf_core_read(&leader_files, sizeof(leader_files), &group_leader->files) ||
+		    leader_files == files)
+			return 0;
 	}
-	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	walk_table(seq, task, files);
 	return 0;
 }

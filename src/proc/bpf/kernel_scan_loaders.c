@@ -8,9 +8,10 @@
 
 #include "kernel_scan.lskel.h"
 #include "kernel_scan.skel.h"
+#include "kernel_scan_compat.skel.h"
 
-/* A program descriptor of our own, so the skeleton can be destroyed at once:
- * the program lives as long as some descriptor refers to it. */
+/* A descriptor of our own, so the skeleton can be destroyed at once: a
+ * program or map lives as long as some descriptor refers to it. */
 static int keep_fd(int fd)
 {
 	return fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -26,27 +27,42 @@ static int fail(int err, char *why, size_t why_len, const char *step)
 	return err;
 }
 
-/* Both programs kept, or neither: `err` is errno from the keep_fd calls. */
-static int kept_both(struct gpureap_scan_progs *out, int err, char *why, size_t why_len)
+static void close_all(struct gpureap_scan_progs *out)
 {
-	if (out->fds_prog >= 0 && out->tasks_prog >= 0)
+	int *fds[] = {&out->scan_prog, &out->data_map, &out->fds_prog, &out->tasks_prog};
+
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+}
+
+/* Every wanted descriptor kept, or none: `err` is errno from the keep_fd calls. */
+static int kept(struct gpureap_scan_progs *out, int a, int b, int err, char *why, size_t why_len)
+{
+	if (a >= 0 && b >= 0)
 		return 0;
-	if (out->fds_prog >= 0)
-		close(out->fds_prog);
-	if (out->tasks_prog >= 0)
-		close(out->tasks_prog);
-	out->fds_prog = -1;
-	out->tasks_prog = -1;
+	close_all(out);
 	return fail(err, why, why_len, "keep the programs");
 }
 
-int gpureap_load_scan_light(struct gpureap_scan_progs *out, char *why, size_t why_len)
+#define SET_MATCH(rodata, match)                                                   \
+	do {                                                                       \
+		(rodata)->gpureap_match_inode_count = (match)->count;              \
+		for (unsigned i_ = 0; i_ < (match)->count && i_ < 8; i_++)         \
+			(rodata)->gpureap_match_inodes[i_] = (match)->inodes[i_]; \
+	} while (0)
+
+int gpureap_load_scan_light(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
+			    char *why, size_t why_len)
 {
 	struct gpureap_kernel_scan_lskel *skel = gpureap_kernel_scan_lskel__open();
 	int err;
 
 	if (!skel)
 		return fail(errno, why, why_len, "open");
+	SET_MATCH(skel->rodata, match);
 	err = gpureap_kernel_scan_lskel__load(skel);
 	if (err) {
 		err = fail(err, why, why_len,
@@ -54,11 +70,11 @@ int gpureap_load_scan_light(struct gpureap_scan_progs *out, char *why, size_t wh
 		gpureap_kernel_scan_lskel__destroy(skel);
 		return err;
 	}
-	out->fds_prog = keep_fd(skel->progs.gpureap_fds.prog_fd);
-	out->tasks_prog = keep_fd(skel->progs.gpureap_tasks.prog_fd);
+	out->scan_prog = keep_fd(skel->progs.gpureap_scan.prog_fd);
+	out->data_map = keep_fd(skel->maps.data.map_fd);
 	err = errno;
 	gpureap_kernel_scan_lskel__destroy(skel);
-	return kept_both(out, err, why, why_len);
+	return kept(out, out->scan_prog, out->data_map, err, why, why_len);
 }
 
 /* libbpf prints to stderr by default; its errors come back as return codes
@@ -71,7 +87,24 @@ static int quiet(enum libbpf_print_level level, const char *format, va_list args
 	return 0;
 }
 
-int gpureap_load_scan_libbpf(struct gpureap_scan_progs *out, char *why, size_t why_len)
+/* "load", with the verifier's last line (which says why it refused). */
+static int load_failed(int err, char *log, char *why, size_t why_len)
+{
+	char step[200];
+	size_t n = strlen(log);
+
+	while (n > 0 && log[n - 1] == '\n')
+		log[--n] = '\0';
+	const char *last = strrchr(log, '\n');
+	snprintf(step, sizeof(step), "load%s%.120s", n ? " (verifier: " : "",
+		 n ? (last ? last + 1 : log) : "");
+	if (n)
+		strncat(step, ")", sizeof(step) - strlen(step) - 1);
+	return fail(err, why, why_len, step);
+}
+
+int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
+			     char *why, size_t why_len)
 {
 	char log[4096];
 	struct gpureap_kernel_scan *skel;
@@ -81,28 +114,59 @@ int gpureap_load_scan_libbpf(struct gpureap_scan_progs *out, char *why, size_t w
 	skel = gpureap_kernel_scan__open();
 	if (!skel)
 		return fail(errno, why, why_len, "open");
+	SET_MATCH(skel->rodata, match);
 	log[0] = '\0';
 	/* Only on failure does libbpf load again with the verifier's log here. */
-	bpf_program__set_log_buf(skel->progs.gpureap_fds, log, sizeof(log));
+	bpf_program__set_log_buf(skel->progs.gpureap_scan, log, sizeof(log));
 	err = gpureap_kernel_scan__load(skel);
 	if (err) {
-		char step[200];
-		/* The log's last line says why the verifier refused. */
-		size_t n = strlen(log);
-		while (n > 0 && log[n - 1] == '\n')
-			log[--n] = '\0';
-		const char *last = strrchr(log, '\n');
-		snprintf(step, sizeof(step), "load%s%.120s", n ? " (verifier: " : "",
-			 n ? (last ? last + 1 : log) : "");
-		if (n)
-			strncat(step, ")", sizeof(step) - strlen(step) - 1);
-		err = fail(err, why, why_len, step);
+		err = load_failed(err, log, why, why_len);
 		gpureap_kernel_scan__destroy(skel);
+		return err;
+	}
+	out->scan_prog = keep_fd(bpf_program__fd(skel->progs.gpureap_scan));
+	out->data_map = keep_fd(bpf_map__fd(skel->maps.data));
+	err = errno;
+	gpureap_kernel_scan__destroy(skel);
+	return kept(out, out->scan_prog, out->data_map, err, why, why_len);
+}
+
+int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t why_len)
+{
+	char log[4096];
+	struct gpureap_kernel_scan_compat *skel;
+	int err;
+
+	libbpf_set_print(quiet);
+	skel = gpureap_kernel_scan_compat__open();
+	if (!skel)
+		return fail(errno, why, why_len, "open");
+	log[0] = '\0';
+	bpf_program__set_log_buf(skel->progs.gpureap_fds, log, sizeof(log));
+	err = gpureap_kernel_scan_compat__load(skel);
+	if (err) {
+		err = load_failed(err, log, why, why_len);
+		gpureap_kernel_scan_compat__destroy(skel);
 		return err;
 	}
 	out->fds_prog = keep_fd(bpf_program__fd(skel->progs.gpureap_fds));
 	out->tasks_prog = keep_fd(bpf_program__fd(skel->progs.gpureap_tasks));
 	err = errno;
-	gpureap_kernel_scan__destroy(skel);
-	return kept_both(out, err, why, why_len);
+	gpureap_kernel_scan_compat__destroy(skel);
+	return kept(out, out->fds_prog, out->tasks_prog, err, why, why_len);
+}
+
+int gpureap_scan_tasks_only(int data_map, char *why, size_t why_len)
+{
+	/* The light and the regular skeleton lay .data out alike: one section. */
+	struct gpureap_kernel_scan_lskel__data data;
+	const unsigned key = 0;
+
+	_Static_assert(sizeof(data) == sizeof(*((struct gpureap_kernel_scan *)0)->data),
+		       "one .data layout");
+	memset(&data, 0, sizeof(data));
+	data.gpureap_walk_tables = 0;
+	if (bpf_map_update_elem(data_map, &key, &data, BPF_ANY))
+		return fail(errno, why, why_len, "switch the BPF scan to task records");
+	return 0;
 }

@@ -1,5 +1,7 @@
-/* Loading the scan's BPF iterators (kernel_scan.bpf.c) from the skeletons
- * bpftool generated at build time. C, because the generated skeletons are C;
+/* Loading the scan's BPF iterators from the skeletons bpftool generated at
+ * build time: the table walk (kernel_scan.bpf.c) through the light or the
+ * regular skeleton, and its task_file form (kernel_scan_compat.bpf.c)
+ * through the regular one. C, because the generated skeletons are C;
  * kernel_fds.cpp is the only caller. */
 #ifndef GPUREAP_PROC_BPF_KERNEL_SCAN_LOADERS_H
 #define GPUREAP_PROC_BPF_KERNEL_SCAN_LOADERS_H
@@ -10,22 +12,40 @@
 extern "C" {
 #endif
 
-/* The two loaded programs. Both descriptors are the caller's to close. */
+/* What loaded; every descriptor that is not -1 is the caller's to close. */
 struct gpureap_scan_progs {
-	int fds_prog;   /* iter/task_file */
-	int tasks_prog; /* iter/task */
+	int scan_prog;   /* gpureap_scan (iter/task, with the table walk) */
+	int data_map;    /* its .data: gpureap_walk_tables, one __u32 */
+	int fds_prog;    /* compat: gpureap_fds (iter/task_file) */
+	int tasks_prog;  /* compat: gpureap_tasks (iter/task) */
+};
+
+/* What the table walk matches regular files by: inode numbers
+ * (count <= GPUREAP_MAX_MATCH_INODES), set as read-only data before load. */
+struct gpureap_scan_match {
+	unsigned count;
+	unsigned long long inodes[8];
 };
 
 /* The light skeleton: the kernel runs a loader program (BPF_PROG_TYPE_SYSCALL,
- * Linux 5.14+) that loads both programs and resolves their CO-RE relocations
+ * Linux 5.14+) that loads gpureap_scan and resolves its CO-RE relocations
  * against its own BTF (5.17+); no libbpf, nothing parsed here. Returns 0, or a
  * negative errno with `why` (NUL-terminated, at most why_len bytes) saying
  * which step failed and how. */
-int gpureap_load_scan_light(struct gpureap_scan_progs *out, char *why, size_t why_len);
+int gpureap_load_scan_light(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
+			    char *why, size_t why_len);
 
 /* The regular skeleton through libbpf (linked statically): libbpf reads
  * /sys/kernel/btf/vmlinux and relocates here. Same contract. */
-int gpureap_load_scan_libbpf(struct gpureap_scan_progs *out, char *why, size_t why_len);
+int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
+			     char *why, size_t why_len);
+
+/* Clears gpureap_walk_tables in gpureap_scan's .data map: its later runs
+ * write task records only. Same contract. */
+int gpureap_scan_tasks_only(int data_map, char *why, size_t why_len);
+
+/* The task_file form through libbpf: fds_prog and tasks_prog. Same contract. */
+int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

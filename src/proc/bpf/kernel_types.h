@@ -42,6 +42,16 @@ struct signal_struct {
 	struct pid *pids[4]; /* indexed by enum pid_type */
 };
 
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;        /* __rcu: read under the iterator's RCU read lock */
+	unsigned long *open_fds; /* bitmap of max_fds bits */
+};
+
+struct files_struct {
+	struct fdtable *fdt; /* __rcu */
+};
+
 struct task_struct {
 	unsigned int flags;
 	unsigned int __state; /* `long state` before Linux 5.14: see task_struct___pre_5_14 */
@@ -55,6 +65,8 @@ struct task_struct {
 	char comm[16];
 	struct signal_struct *signal;
 	struct css_set *cgroups;
+	struct files_struct *files;
+	struct task_struct *group_leader;
 };
 
 /* The flavour CO-RE matches on kernels before 5.14 (the suffix after ___ is ignored). */

@@ -1,20 +1,31 @@
-/* What the scan's BPF iterators write, one fixed-size record each, shared by
- * the programs (kernel_scan.bpf.c) and their reader (kernel_fds.cpp). Userspace
- * includes <linux/types.h> first; the programs, kernel_types.h. */
+/* What the scan's BPF iterators write, shared by the programs
+ * (kernel_scan.bpf.c, kernel_scan_compat.bpf.c) and their reader
+ * (kernel_fds.cpp). Userspace includes <linux/types.h> first; the programs,
+ * kernel_types.h. Every record starts with its kind, which fixes its size:
+ * one iteration can interleave kinds. */
 #ifndef GPUREAP_PROC_BPF_RECORDS_H
 #define GPUREAP_PROC_BPF_RECORDS_H
 
-/* One per open descriptor of every task. A record with pid 0 ends the
- * iteration and carries the reader's own tgid as the kernel's initial PID
- * namespace numbers it. */
+enum gpureap_record_kind {
+	GPUREAP_REC_FD = 1,    /* struct gpureap_fd_record */
+	GPUREAP_REC_TABLE = 2, /* struct gpureap_table_record */
+	GPUREAP_REC_TASK = 3,  /* struct gpureap_task_record */
+	GPUREAP_REC_END = 4,   /* struct gpureap_end_record */
+};
+
+/* One descriptor: every one (task_file), or each GPU candidate of a table
+ * (the table walk: character devices other than the terminals and nulls,
+ * regular files with an inode number the reader named). */
 struct gpureap_fd_record {
+	__u32 kind;
 	__u32 tgid;
 	__u32 pid;
-	__u64 start_ns; /* task->start_boottime */
 	__u32 fd;
+	__u64 start_ns; /* task->start_boottime */
 	__u32 mode;     /* inode->i_mode */
 	__u32 rdev;     /* inode->i_rdev, kernel encoding */
 	__u32 dev;      /* inode->i_sb->s_dev, kernel encoding */
+	__u32 unused;
 	__u64 ino;      /* inode->i_ino */
 	/* The open file description (struct file) this descriptor refers to: the
 	 * same value for every descriptor, in any process, that shares it. Only
@@ -22,14 +33,45 @@ struct gpureap_fd_record {
 	__u64 file;
 };
 
+/* The table walk closes each descriptor table with this, after its candidates. */
+struct gpureap_table_record {
+	__u32 kind;
+	__u32 tgid;
+	__u32 pid;
+	__u32 open_fds; /* descriptors open in the table */
+	__u64 start_ns;
+	/* 1: every candidate was written; 0: the table had more than
+	 * GPUREAP_MAX_CANDIDATES, or could not be read, and the reader walks
+	 * /proc/PID/fd for that process instead. */
+	__u32 complete;
+	__u32 unused;
+};
+
+/* The iteration's end: our own tgid tells the reader which PID namespace
+ * numbered the records (the initial one, or it declines). */
+struct gpureap_end_record {
+	__u32 kind;
+	__u32 reader_tgid;
+};
+
+/* Candidates one table may write: an object's records must fit, with the
+ * task's own, in the iterator's 32 KiB buffer (they never span two reads). */
+#define GPUREAP_MAX_CANDIDATES 256
+/* Regular files the walk can name by inode number (the simulated GPU's device
+ * files); more, and the reader uses the task_file iterator. */
+#define GPUREAP_MAX_MATCH_INODES 8
+/* Tables up to 2^20 descriptors (the default fs.nr_open); larger, /proc. */
+#define GPUREAP_MAX_FD_WORDS (1U << 14)
+
 #define GPUREAP_MAX_NS_LEVELS 8 /* deeper nesting: /proc/PID/status is read instead */
 
 /* One per thread-group leader: what /proc/PID/status and /proc/PID/stat would
  * give the scan, with the start time that ties it to the /proc entry. */
 struct gpureap_task_record {
+	__u32 kind;
 	__u32 tgid;
-	__u32 uid;      /* real_cred->uid; all-ones when unreadable */
 	__u64 start_ns; /* start_boottime */
+	__u32 uid;      /* real_cred->uid; all-ones when unreadable */
 	__u32 level;    /* thread_pid->level; all-ones when unreadable */
 	__u32 nspid[GPUREAP_MAX_NS_LEVELS];
 	__u32 stat_ok;  /* 1 when every field below was read */
@@ -40,6 +82,7 @@ struct gpureap_task_record {
 	__u32 state;    /* __state (state before 5.14) */
 	__u32 exit_state;
 	char comm[16];
+	__u32 unused;
 	/* task->cgroups: its css_set, the one object for a combination of
 	 * cgroups on every hierarchy (v1 and v2): live tasks that share it have
 	 * the same /proc/PID/cgroup (an exiting one shows "/" on v1). Only

@@ -1,31 +1,32 @@
 // The scan against real processes this test starts (fd counting, zombie, PID
 // namespace, thread id) and against a fake host root built from fixtures
 // (vanished / malformed counting, device matching by path and by rdev).
-#include "proc/kernel_fds.hpp"
-#include "proc/parse.hpp"
 #include "proc/scan.hpp"
 
 #include <gtest/gtest.h>
-#include <cstring>
-#include <optional>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <climits>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "child.hpp"
 #include "fixtures.hpp"
+#include "proc/kernel_fds.hpp"
+#include "proc/parse.hpp"
 #include "test_support.hpp"
 
 namespace gpureap::proc {
@@ -297,6 +298,23 @@ TEST(ScanReal, GonePidIsVanished) {
 
 // ---------------------------------------------------------------- the kernel descriptor iterator
 
+// Returns once the boot-time clock has passed into the next clock tick (the
+// unit of a process's start time). A process that started in the tick a
+// kernel scan starts in may have opened descriptors after the iterator
+// passed it, so the scan walks /proc for it (kernel_fds.hpp: started_ticks);
+// tests that must see the iterator's answer for their children wait this out.
+void after_this_clock_tick() {
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  const std::int64_t ns_per_tick = 1000000000 / (hz > 0 ? hz : 100);
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  const std::int64_t ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+  const std::int64_t next = (ns / ns_per_tick + 1) * ns_per_tick;
+  timespec until{static_cast<time_t>(next / 1000000000), static_cast<long>(next % 1000000000)};
+  while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+  }
+}
+
 // A child that reports ready, then closes every descriptor and pauses: the
 // iterator has no record of it, so the scan must confirm "no fds" in /proc.
 Child spawn_fdless(Pipes& pipes) {
@@ -331,7 +349,7 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   struct stat full_st {};
   ASSERT_EQ(::stat("/dev/full", &full_st), 0);
 
-  Pipes p1, p2, p3, p4;
+  Pipes p1, p2, p3, p4, p5, p6;
   Child by_file = spawn_ready(p1, [&] {
     for (int i = 0; i < 7; ++i) ::open(dev.c_str(), O_RDONLY);
   });
@@ -344,7 +362,22 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   Child many = spawn_ready(p4, [&] {
     for (int i = 0; i < 300; ++i) ::open(i % 2 == 0 ? dev.c_str() : "/dev/null", O_RDONLY);
   });
-  for (const Child* c : {&by_file, &by_rdev, &fdless, &many}) ASSERT_TRUE(c->started());
+  // More GPU candidates than the table walk writes for one table (records.h:
+  // GPUREAP_MAX_CANDIDATES): the walk says so and /proc answers for it.
+  Child over_cap = spawn_ready(p5, [] {
+    for (int i = 0; i < 300; ++i) ::open("/dev/zero", O_RDONLY);
+  });
+  // A descriptor numbered far past 64: the table has grown to 8192 slots.
+  Child high_fd = spawn_ready(p6, [&] {
+    rlimit lim{8192, 8192};
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    int fd = ::open(dev.c_str(), O_RDONLY);
+    ::dup2(fd, 5000);
+  });
+  const std::vector<const Child*> children = {&by_file, &by_rdev,  &fdless,
+                                              &many,    &over_cap, &high_fd};
+  for (const Child* c : children) ASSERT_TRUE(c->started());
+  after_this_clock_tick();
 
   DeviceMatcher m;
   m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
@@ -363,7 +396,7 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   EXPECT_EQ(k->stats.fds_from, "bpf");
   EXPECT_EQ(w->stats.fds_from, "procfs");
 
-  for (const Child* c : {&by_file, &by_rdev, &fdless, &many}) {
+  for (const Child* c : children) {
     const Process* a = find(*k, c->pid());
     const Process* b = find(*w, c->pid());
     ASSERT_NE(a, nullptr);
@@ -380,6 +413,73 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   EXPECT_TRUE(find(*k, fdless.pid())->fds_readable);
   EXPECT_EQ(find(*k, many.pid())->fd_count, 302u);
   EXPECT_EQ(find(*k, many.pid())->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 150}}));
+  EXPECT_EQ(find(*k, over_cap.pid())->gpu_fds,
+            (std::vector<DeviceUse>{{"nvidia-1:" + std::to_string(::minor(makedev(1, 5))), 300}}));
+  EXPECT_EQ(find(*k, high_fd.pid())->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 2}}));
+  EXPECT_EQ(find(*k, high_fd.pid())->gpu_files.size(), 1u);  // one description, two numbers
+}
+
+// A thread that unshared its descriptor table holds descriptors /proc/PID/fd
+// (the leader's table) does not show; the kernel scan counts them for the
+// process, whichever program walks (the table walk, or the task_file form
+// it falls back to when more than 8 device files are regular files).
+TEST(KernelFds, AThreadWithItsOwnDescriptorTableCountsForItsProcess) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  struct stat dev_st {};
+  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  Pipes pipes;
+  Child holder = spawn_ready(pipes, [&] {
+    int opened[2];
+    if (::pipe(opened) != 0) ::_exit(1);
+    std::thread([&] {
+      ::unshare(CLONE_FILES);
+      ::open(dev.c_str(), O_RDONLY);
+      ::open(dev.c_str(), O_RDONLY);
+      char c = 'o';
+      (void)!::write(opened[1], &c, 1);
+      for (;;) ::pause();
+    }).detach();
+    char c = 0;
+    (void)!::read(opened[0], &c, 1);
+    ::open(dev.c_str(), O_RDONLY);  // after the unshare: the leader's table only
+  });
+  ASSERT_TRUE(holder.started());
+  after_this_clock_tick();
+
+  DeviceMatcher one;
+  one.nodes.push_back(
+      DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  DeviceMatcher nine = one;  // eight more regular files: the task_file form answers
+  for (int i = 1; i < 9; ++i) {
+    const std::string other = (dir.path / ("nvidia" + std::to_string(i))).string();
+    write_file(other, "");
+    struct stat st {};
+    ASSERT_EQ(::stat(other.c_str(), &st), 0);
+    nine.nodes.push_back(DeviceNode{"nvidia" + std::to_string(i), other, std::nullopt,
+                                    FileId{st.st_dev, st.st_ino}});
+  }
+  for (const DeviceMatcher* m : {&one, &nine}) {
+    ScanOptions opts;
+    opts.devices = m;
+    opts.fd_source = FdSource::kernel;
+    auto k = scan_processes(slash(), opts);
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    const Process* p = find(*k, holder.pid());
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 3}})) << k->stats.fds_loader;
+    EXPECT_EQ(p->gpu_files.size(), 3u) << k->stats.fds_loader;
+    if (m == &nine) {
+      EXPECT_EQ(k->stats.fds_loader, "libbpf_task_file");
+      EXPECT_NE(k->stats.fds_note.find("table walk: more than 8 device files are regular files"),
+                std::string::npos)
+          << k->stats.fds_note;
+    } else {
+      EXPECT_NE(k->stats.fds_loader, "libbpf_task_file");
+    }
+  }
 }
 
 TEST(KernelFds, TaskIteratorGivesWhatStatusGives) {
