@@ -127,8 +127,12 @@ std::vector<Finding> detect_zombies(const NodeSnapshot& snap) {
   return out;
 }
 
-std::vector<Finding> detect_orphans(const NodeSnapshot& snap) {
-  std::vector<Finding> out;
+namespace {
+
+// detect_orphans and detect_hidden_holders make one finding per process:
+// detect_all has them append to its own vector, so a node of thousands never
+// holds two copies of them (trace's memory target is 10 MiB).
+void append_orphans(const NodeSnapshot& snap, std::vector<Finding>& out) {
   for (const auto& r : snap.records) {
     if (!r.container || r.process.zombie()) continue;
     const auto& p = r.process;
@@ -161,11 +165,10 @@ std::vector<Finding> detect_orphans(const NodeSnapshot& snap) {
         "(gpureap-init) so orphans are reaped and signalled at shutdown.";
     out.push_back(std::move(f));
   }
-  return out;
 }
 
-std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const DetectOptions& opt) {
-  std::vector<Finding> out;
+void append_hidden_holders(const NodeSnapshot& snap, const DetectOptions& opt,
+                           std::vector<Finding>& out) {
   const ContextEvidence evidence(snap, opt);
   for (const auto& r : snap.records) {
     if (!holds_gpu(r) || r.listed() || r.process.pid == snap.self_pid) continue;
@@ -199,6 +202,19 @@ std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const Detec
     }
     out.push_back(std::move(f));
   }
+}
+
+}  // namespace
+
+std::vector<Finding> detect_orphans(const NodeSnapshot& snap) {
+  std::vector<Finding> out;
+  append_orphans(snap, out);
+  return out;
+}
+
+std::vector<Finding> detect_hidden_holders(const NodeSnapshot& snap, const DetectOptions& opt) {
+  std::vector<Finding> out;
+  append_hidden_holders(snap, opt, out);
   return out;
 }
 
@@ -348,12 +364,10 @@ std::vector<Finding> detect_all(const NodeSnapshot& snap, const DetectOptions& o
                                   std::move(spin),
                                   std::move(nccl),
                                   detect_idle_holders(snap, opt),
-                                  detect_zombies(snap),
-                                  detect_orphans(snap),
-                                  detect_hidden_holders(snap, opt)};
-  // One exact allocation: a node of thousands of hidden holders must not pay
-  // for a doubling vector (most of trace's peak memory before this).
-  std::size_t total = 0;
+                                  detect_zombies(snap)};
+  // One allocation: at most one orphan and one hidden holder per process.
+  // Reserved pages that are never written take no memory.
+  std::size_t total = 2 * snap.records.size();
   for (const auto& p : parts) total += p.size();
   std::vector<Finding> all;
   all.reserve(total);
@@ -361,6 +375,8 @@ std::vector<Finding> detect_all(const NodeSnapshot& snap, const DetectOptions& o
     for (auto& f : p) all.push_back(std::move(f));
     std::vector<Finding>().swap(p);
   }
+  append_orphans(snap, all);
+  append_hidden_holders(snap, opt, all);
   group_related(all);
   return all;
 }

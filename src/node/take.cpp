@@ -123,6 +123,9 @@ sys::Result<NodeSnapshot> take_snapshot(const sys::HostRoot& root, gpu::GpuBacke
     rec.process = std::move(p);
     snap.records.push_back(std::move(rec));
   }
+  // The moved-from table is as large as the records: not kept through the
+  // rest of the snapshot, whose peak it would raise (the 10 MiB target).
+  std::vector<proc::Process>().swap(table->processes);
 
   auto gpu = backend.snapshot();
   if (!gpu) return gpu.error();

@@ -325,6 +325,10 @@ class Aggregator {
 
   void flush() {
     if (!open_) return;
+    // One exact allocation per holder, not a doubling one: thousands of them.
+    current_.gpu_fds.reserve(by_major_.size() + static_cast<std::size_t>(std::count_if(
+                                                    node_counts_.begin(), node_counts_.end(),
+                                                    [](unsigned c) { return c > 0; })));
     for (std::size_t i = 0; i < node_counts_.size(); ++i) {
       if (node_counts_[i] > 0)
         current_.gpu_fds.push_back(DeviceUse{devices_.nodes[i].name, node_counts_[i]});
