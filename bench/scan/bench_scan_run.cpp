@@ -301,6 +301,8 @@ int main(int argc, char** argv) {
   const std::string n = std::to_string(cfg.threads);
   tools.push_back(tool("scan procfs 1 thread", {cfg.bench_scan, "--fd-source", "procfs", "--threads", "1", devs[0], devs[1], devs[2]}));
   tools.push_back(tool("scan bpf 1 thread", {cfg.bench_scan, "--fd-source", "bpf", "--threads", "1", devs[0], devs[1], devs[2]}));
+  tools.push_back(tool("scan bpf " + n + " threads", {cfg.bench_scan, "--fd-source", "bpf",
+                                                      "--threads", n, devs[0], devs[1], devs[2]}));
   tools.push_back(tool("trace procfs 1 thr", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "procfs", "--threads", "1"}));
   tools.push_back(tool("trace 1 thread", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", "1"}));
   tools.push_back(tool("trace " + n + " threads", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", n}));

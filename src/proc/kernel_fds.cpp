@@ -31,8 +31,9 @@ using FdRecord = gpureap_fd_record;
 using TableRecord = gpureap_table_record;
 using TaskRecord = gpureap_task_record;
 using EndRecord = gpureap_end_record;
+using CssRecord = gpureap_css_record;
 static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(TaskRecord) == 112 &&
-              sizeof(EndRecord) == 8);
+              sizeof(EndRecord) == 8 && sizeof(CssRecord) == 16);
 static_assert(sizeof(gpureap_scan_match::inodes) / sizeof(gpureap_scan_match::inodes[0]) ==
               GPUREAP_MAX_MATCH_INODES);
 constexpr unsigned kMaxNsLevels = GPUREAP_MAX_NS_LEVELS;
@@ -49,6 +50,8 @@ std::size_t record_size(std::uint32_t kind) {
       return sizeof(TaskRecord);
     case GPUREAP_REC_END:
       return sizeof(EndRecord);
+    case GPUREAP_REC_CSS:
+      return sizeof(CssRecord);
     default:
       return 0;
   }
@@ -516,9 +519,13 @@ sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const 
   ids.reserve(table.tasks.size() + 64);
   auto ran =
       read_iterator(iter->get(), "BPF task iterator", [&](std::uint32_t kind, const char* bytes) {
-        if (kind != GPUREAP_REC_TASK) return;
-        const auto r = record_as<TaskRecord>(bytes);
-        ids.emplace_back(static_cast<pid_t>(r.tgid), shareable_css_set(r));
+        if (kind == GPUREAP_REC_CSS) {
+          const auto r = record_as<CssRecord>(bytes);
+          ids.emplace_back(static_cast<pid_t>(r.tgid), r.css_set);
+        } else if (kind == GPUREAP_REC_TASK) {  // the task_file form's task program
+          const auto r = record_as<TaskRecord>(bytes);
+          ids.emplace_back(static_cast<pid_t>(r.tgid), shareable_css_set(r));
+        }
       });
   if (!ran) return ran.error();
   std::sort(ids.begin(), ids.end());
@@ -590,12 +597,12 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
     return table;
   }
   sort_tasks(table.tasks);
-  // From now on the program writes task records only: what the css_set
+  // From now on the program writes css_set records only: what the css_set
   // re-check reads. Where it cannot be switched, there is no re-check and
   // every process reads its own cgroup file.
   if (!table.tasks.empty()) {
     char why[256] = {};
-    if (gpureap_scan_tasks_only(programs.data_map.get(), why, sizeof why) == 0) {
+    if (gpureap_scan_css_sets_only(programs.data_map.get(), why, sizeof why) == 0) {
       table.tasks_program = std::move(programs.scan);
     } else {
       table.tasks_note = why;

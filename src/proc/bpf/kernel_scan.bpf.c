@@ -22,8 +22,8 @@ char LICENSE[] SEC("license") = "GPL";
 const volatile __u32 gpureap_match_inode_count = 0;
 const volatile __u64 gpureap_match_inodes[GPUREAP_MAX_MATCH_INODES] = {};
 
-/* 0: task records only. The reader clears it to run the program again for
- * the css_set re-check (proc/scan.cpp), which needs no descriptors. */
+/* 0: css_set records only. The reader clears it to run the program again
+ * for the css_set re-check (proc/scan.cpp), which needs nothing else. */
 volatile __u32 gpureap_walk_tables = 1;
 
 /* The char devices every process has and no GPU ever is (the reader's
@@ -176,10 +176,19 @@ int gpureap_scan(struct bpf_iter__task *ctx)
 		write_end_record(seq);
 		return 0;
 	}
+	if (!gpureap_walk_tables) {
+		if (leader) {
+			struct gpureap_css_record r = {};
+
+			r.kind = GPUREAP_REC_CSS;
+			r.tgid = (__u32)task->tgid;
+			r.css_set = (task->flags & GPUREAP_PF_EXITING) ? 0 : read_css_set(task);
+			bpf_seq_write(seq, &r, sizeof(r));
+		}
+		return 0;
+	}
 	if (leader)
 		write_task_record(seq, task);
-	if (!gpureap_walk_tables)
-		return 0;
 	if (bpf_core_read(&files, sizeof(files), &task->files) || !files)
 		return 0;
 	if (!leader) {

@@ -156,7 +156,7 @@ int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t w
 	return kept(out, out->fds_prog, out->tasks_prog, err, why, why_len);
 }
 
-int gpureap_scan_tasks_only(int data_map, char *why, size_t why_len)
+int gpureap_scan_css_sets_only(int data_map, char *why, size_t why_len)
 {
 	/* The light and the regular skeleton lay .data out alike: one section. */
 	struct gpureap_kernel_scan_lskel__data data;

@@ -122,6 +122,8 @@ struct bpf_iter__task_file {
 
 #pragma clang attribute pop
 
+#define GPUREAP_PF_EXITING 0x00000004 /* include/linux/sched.h */
+
 /* include/linux/pid.h: enum pid_type since Linux 4.19 (iterators need 5.8). */
 enum {
 	GPUREAP_PIDTYPE_PGID = 2,

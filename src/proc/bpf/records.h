@@ -11,6 +11,7 @@ enum gpureap_record_kind {
 	GPUREAP_REC_TABLE = 2, /* struct gpureap_table_record */
 	GPUREAP_REC_TASK = 3,  /* struct gpureap_task_record */
 	GPUREAP_REC_END = 4,   /* struct gpureap_end_record */
+	GPUREAP_REC_CSS = 5,   /* struct gpureap_css_record */
 };
 
 /* One descriptor: every one (task_file), or each GPU candidate of a table
@@ -52,6 +53,14 @@ struct gpureap_table_record {
 struct gpureap_end_record {
 	__u32 kind;
 	__u32 reader_tgid;
+};
+
+/* What the css_set re-check reads of a thread-group leader (gpureap_scan
+ * with gpureap_walk_tables cleared): task records' css_set, without the rest. */
+struct gpureap_css_record {
+	__u32 kind;
+	__u32 tgid;
+	__u64 css_set; /* 0: unreadable, or the task is exiting (PF_EXITING) */
 };
 
 /* Candidates one table may write: an object's records must fit, with the
