@@ -44,7 +44,8 @@ struct walk {
 	struct seq_file *seq;
 	struct file **fd;
 	unsigned long *open_fds;
-	__u64 word;  /* open_fds bits of the current 64 descriptors */
+	__u64 word;  /* open_fds bits of the 64 descriptors from `base` */
+	__u32 base;
 	__u32 open;  /* descriptors open */
 	__u32 written;
 	__u32 complete;
@@ -62,22 +63,18 @@ static __always_inline __u32 popcount64(__u64 x)
 }
 
 /* Descriptor `fd` of the table: written when it may be a GPU's. 1 stops the walk. */
-static long walk_descriptor(__u64 fd, void *ctx)
+static long walk_descriptor(__u64 bit, void *ctx)
 {
 	struct walk *w = ctx;
 	struct gpureap_fd_record r;
 	struct file *file = 0;
 	struct inode *inode = 0;
 	__u16 mode = 0;
+	const __u32 fd = w->base + (__u32)(bit & 63);
 
-	if ((fd & 63) == 0) {
-		if (bpf_probe_read_kernel(&w->word, sizeof(w->word), w->open_fds + fd / 64)) {
-			w->complete = 0;
-			return 1;
-		}
-		w->open += popcount64(w->word);
-	}
-	if (!(w->word & (1ULL << (fd & 63))))
+	if (!(w->word >> (bit & 63)))
+		return 1; /* no open descriptor left in this word */
+	if (!(w->word & (1ULL << (bit & 63))))
 		return 0;
 	if (bpf_probe_read_kernel(&file, sizeof(file), w->fd + fd) || !file)
 		return 0;
@@ -121,12 +118,30 @@ static long walk_descriptor(__u64 fd, void *ctx)
 	r.tgid = w->tgid;
 	r.pid = w->pid;
 	r.start_ns = w->start_ns;
-	r.fd = (__u32)fd;
+	r.fd = fd;
 	r.mode = mode;
 	r.file = (__u64)(unsigned long)file;
 	bpf_seq_write(w->seq, &r, sizeof(r));
 	w->written++;
 	return 0;
+}
+
+/* 64 descriptors from index * 64: their open_fds word, then each open one.
+ * Empty words cost one read: a table of 2^20 slots may hold a dozen. */
+static long walk_word(__u64 index, void *ctx)
+{
+	struct walk *w = ctx;
+
+	if (bpf_probe_read_kernel(&w->word, sizeof(w->word), w->open_fds + index)) {
+		w->complete = 0;
+		return 1;
+	}
+	if (!w->word)
+		return 0;
+	w->open += popcount64(w->word);
+	w->base = (__u32)index * 64;
+	bpf_loop(64, walk_descriptor, w, 0);
+	return w->complete ? 0 : 1;
 }
 
 /* Each descriptor table once: a thread-group leader's, and a thread's that
@@ -153,7 +168,7 @@ static __always_inline void walk_table(struct seq_file *seq, struct task_struct 
 	    max_fds > GPUREAP_MAX_FD_WORDS * 64)
 		w.complete = 0;
 	else
-		bpf_loop(max_fds, walk_descriptor, &w, 0);
+		bpf_loop((max_fds + 63) / 64, walk_word, &w, 0);
 
 	end.kind = GPUREAP_REC_TABLE;
 	end.tgid = w.tgid;
