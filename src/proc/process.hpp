@@ -4,7 +4,9 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,36 @@ struct CgroupLine {
   std::string controllers;  // "memory", "cpu,cpuacct", "name=systemd", "" for the v2 line
   std::string path;         // may itself contain ':' (misconfigured containerd form)
   bool operator==(const CgroupLine&) const = default;
+};
+
+// A process's /proc/<pid>/cgroup lines, shared by every process the scan
+// gave the same lines (one css_set: a pod's processes, a node's thousands of
+// one service), so a node of thousands keeps one copy per css_set (trace's
+// memory target is 10 MiB). Read like the vector it holds; assigning replaces.
+class CgroupLines {
+ public:
+  CgroupLines() = default;
+  CgroupLines(std::vector<CgroupLine> lines)  // implicit: assigned like the vector it holds
+      : lines_(lines.empty() ? nullptr
+                             : std::make_shared<const std::vector<CgroupLine>>(std::move(lines))) {}
+
+  [[nodiscard]] const std::vector<CgroupLine>& get() const { return lines_ ? *lines_ : none(); }
+  operator const std::vector<CgroupLine>&() const { return get(); }
+  [[nodiscard]] bool empty() const { return get().empty(); }
+  [[nodiscard]] std::size_t size() const { return get().size(); }
+  const CgroupLine& operator[](std::size_t i) const { return get()[i]; }
+  [[nodiscard]] auto begin() const { return get().begin(); }
+  [[nodiscard]] auto end() const { return get().end(); }
+  void clear() { lines_.reset(); }
+  bool operator==(const CgroupLines& o) const { return get() == o.get(); }
+  bool operator==(const std::vector<CgroupLine>& o) const { return get() == o; }
+
+ private:
+  static const std::vector<CgroupLine>& none() {
+    static const std::vector<CgroupLine> empty_lines;
+    return empty_lines;
+  }
+  std::shared_ptr<const std::vector<CgroupLine>> lines_;
 };
 
 // How many descriptors a process has open on one NVIDIA (or simulated) device node.
@@ -38,7 +70,7 @@ struct Process {
   std::uint64_t start_time = 0;  // clock ticks since boot (stat field 22): identity with pid
   std::string comm;
   std::vector<std::string> cmdline;
-  std::vector<CgroupLine> cgroups;
+  CgroupLines cgroups;
   std::vector<DeviceUse> gpu_fds;  // only devices the scan was asked to match
   // Which open file descriptions those GPU descriptors refer to, sorted, no
   // repeats: a value two processes both hold is one description they share

@@ -108,7 +108,7 @@ struct Reader {
   struct CgroupSeen {
     std::uint64_t css_set = 0;
     pid_t representative = 0;  // whose file it was: scan_processes checks it stayed
-    std::vector<CgroupLine> lines;
+    CgroupLines lines;         // shared with every process that took them
   };
   std::vector<CgroupSeen> cgroups_seen;
   std::uint64_t shared_cgroup = 0;  // after read(): the css_set whose lines it took, 0: its own file
