@@ -1,16 +1,19 @@
-// Every open descriptor on the node in one pass, from a BPF task_file
-// iterator, instead of one readlinkat per descriptor under /proc/<pid>/fd.
-// The programs are BPF C (bpf/kernel_scan.bpf.c) compiled with clang at build
-// time, their member reads CO-RE relocations resolved against the running
-// kernel's BTF, loaded through a libbpf skeleton: the light one where the
-// kernel can run its loader program, else the regular one (libbpf, linked
-// statically). One fixed record per descriptor; this file counts them per
-// process, matches them against the devices and keeps, for GPU descriptors,
-// which open file description each refers to.
-// A second program, a task iterator, gives per process what /proc/PID/status
-// and /proc/PID/stat would (real uid, NSpid; parent, group, session, state,
-// comm, start), so the scan reads two files less per process, and its
-// css_set, so /proc/PID/cgroup is read once per css_set; it is best effort
+// Every open descriptor on the node in one pass of a BPF task iterator that
+// reads each task's descriptor table, instead of one readlinkat per
+// descriptor under /proc/<pid>/fd. The program is BPF C
+// (bpf/kernel_scan.bpf.c) compiled with clang at build time, its member reads
+// CO-RE relocations resolved against the running kernel's BTF, loaded through
+// a libbpf skeleton: the light one where the kernel can run its loader
+// program, else the regular one (libbpf, linked statically), else the
+// task_file form (bpf/kernel_scan_compat.bpf.c, through libbpf: kernels
+// before 5.17). Records carry their kind: per table its GPU candidates and
+// its count (per descriptor, for the task_file form); this file counts them
+// per process, matches them against the devices and keeps, for GPU
+// descriptors, which open file description each refers to.
+// The same pass gives per process what /proc/PID/status and /proc/PID/stat
+// would (real uid, NSpid; parent, group, session, state, comm, start), so the
+// scan reads two files less per process, and its css_set, so
+// /proc/PID/cgroup is read once per css_set; that part is best effort
 // (KernelFdTable::tasks_note says why it is missing).
 //
 // It answers only for the live kernel seen from its initial PID namespace:
@@ -81,16 +84,19 @@ struct KernelFdTable {
   // at or after this may have fds the iterator never saw.
   std::uint64_t started_ticks = 0;
 
-  // Thread-group leaders, sorted by tgid; empty when the task iterator could
-  // not run (then tasks_note says why, and status is read from /proc).
+  // Thread-group leaders, sorted by tgid; empty when the task records could
+  // not be read (then tasks_note says why, and status is read from /proc).
   std::vector<KernelTask> tasks;
+  // Also says why there is no tasks_program when there are tasks.
   std::string tasks_note;
 
-  // The task program, kept to run again after the scan (kernel_css_sets).
+  // The program that writes each leader's css_set, kept to run again after
+  // the scan (kernel_css_sets): gpureap_scan switched to css_set records, or
+  // the task_file form's task program. Invalid: no re-check.
   sys::UniqueFd tasks_program;
 
-  std::string loader;       // "light_skeleton" or "libbpf_skeleton"
-  std::string loader_note;  // why the light skeleton was passed over; empty when it answered
+  std::string loader;       // "light_skeleton", "libbpf_skeleton" or "libbpf_task_file"
+  std::string loader_note;  // why each loader before it was passed over; empty when the first answered
 
   [[nodiscard]] const KernelFdSummary* find(pid_t tgid) const;
   [[nodiscard]] const KernelTask* find_task(pid_t tgid) const;

@@ -62,7 +62,9 @@ static __always_inline __u32 popcount64(__u64 x)
 	return (__u32)((x * 0x0101010101010101ULL) >> 56);
 }
 
-/* Descriptor `fd` of the table: written when it may be a GPU's. 1 stops the walk. */
+/* Descriptor base + bit of the table, when open: written when it may be a
+ * GPU's. 1 ends this word (none open above `bit`, or the cap reached, which
+ * clears `complete` and so ends the walk). */
 static long walk_descriptor(__u64 bit, void *ctx)
 {
 	struct walk *w = ctx;
@@ -94,7 +96,7 @@ static long walk_descriptor(__u64 bit, void *ctx)
 
 		if (bpf_core_read(&ino, sizeof(ino), &inode->i_ino))
 			return 0;
-		#pragma unroll
+#pragma unroll
 		for (__u32 i = 0; i < GPUREAP_MAX_MATCH_INODES; i++) {
 			if (i < gpureap_match_inode_count && gpureap_match_inodes[i] == ino)
 				named = 1;
