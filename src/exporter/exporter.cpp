@@ -2,21 +2,22 @@
 
 #include <CivetServer.h>
 #include <civetweb.h>
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <prometheus/collectable.h>
 #include <prometheus/text_serializer.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <cstdio>
-#include <fmt/format.h>
 #include <mutex>
 #include <thread>
 
 #include "exporter/metrics.hpp"
 #include "exporter/tls_shim.hpp"
 #include "gpu/activity.hpp"
+#include "proc/kernel_fds.hpp"
 #include "report/report.hpp"
 #include "sys/host_root.hpp"
 #include "sys/unique_fd.hpp"
@@ -67,6 +68,9 @@ struct Exporter::Impl {
   sys::HostRoot root;
   std::unique_ptr<gpu::GpuBackend> backend;  // the scan thread's alone
   container::Resolvers resolvers;
+  // The scan's BPF programs, loaded by the first scan and kept for the next
+  // ones (the scan thread's alone): each scan skips the verifier.
+  proc::KernelPrograms kernel_programs;
   Log log;
 
   mutable std::mutex mutex;  // guards what follows
@@ -130,7 +134,9 @@ struct Exporter::Impl {
 
   void scan_once(gpu::ActivitySampler& sampler) {
     const auto t0 = Steady::now();
-    auto snap = node::take_snapshot(root, *backend, resolvers, config.snapshot);
+    node::SnapshotOptions options = config.snapshot;
+    options.kernel_programs = &kernel_programs;
+    auto snap = node::take_snapshot(root, *backend, resolvers, options);
     if (!snap) {
       bool repeated = false;
       {

@@ -113,6 +113,7 @@ sys::Result<NodeSnapshot> take_snapshot(const sys::HostRoot& root, gpu::GpuBacke
   scan_options.env_keys = options.env_keys;
   scan_options.threads = options.threads;
   scan_options.fd_source = options.fd_source;
+  scan_options.kernel_programs = options.kernel_programs;
 
   auto table = proc::scan_processes(root, scan_options);
   if (!table) return table.error();

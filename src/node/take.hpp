@@ -18,6 +18,9 @@ struct SnapshotOptions {
   unsigned threads = 1;                // process scan workers
   std::vector<std::string> env_keys;   // environ keys to keep (e.g. torch.distributed's)
   proc::FdSource fd_source = proc::FdSource::automatic;
+  // Where the scan keeps its BPF programs between snapshots (a caller that
+  // takes many: the exporter); nullptr: loaded for each snapshot.
+  proc::KernelPrograms* kernel_programs = nullptr;
 };
 
 // Scans processes, reads the GPU backend, matches the driver's PIDs, resolves

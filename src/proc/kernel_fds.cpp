@@ -22,6 +22,13 @@
 #include "sys/unique_fd.hpp"
 
 namespace gpureap::proc {
+
+struct KernelPrograms::Kept {
+  sys::UniqueFd scan, data_map, fds, tasks;  // as ScanPrograms
+  std::vector<std::uint64_t> key;            // walk_key of what they were loaded for
+  std::string loader, fallback;
+};
+
 namespace {
 
 constexpr const char* kVmlinuxBtf = "/sys/kernel/btf/vmlinux";
@@ -163,7 +170,7 @@ struct Started {
   std::string fallback;  // empty when the light skeleton answered
 };
 
-sys::Result<Started> start_scan(const DeviceMatcher& devices) {
+sys::Result<Started> start_scan(const WalkMatch& walk) {
   // Every skeleton resolves CO-RE relocations against the kernel's BTF: the
   // light one in the kernel, libbpf from this file. No file, no BTF.
   struct stat btf {};
@@ -179,7 +186,6 @@ sys::Result<Started> start_scan(const DeviceMatcher& devices) {
   const Loader loaders[] = {{"light_skeleton", "light skeleton", load_light, true},
                             {"libbpf_skeleton", "libbpf skeleton", load_libbpf, true},
                             {"libbpf_task_file", "libbpf task_file", load_compat, false}};
-  const WalkMatch walk = walk_match(devices);
   std::string why = walk.gap;
   int last_err = 0;
   for (const auto& loader : loaders) {
@@ -196,6 +202,34 @@ sys::Result<Started> start_scan(const DeviceMatcher& devices) {
     why += std::string(loader.label) + ": " + progs.error().message;
   }
   return sys::Error{last_err, why};
+}
+
+// What kept programs were loaded for: the inode numbers the walk names, or
+// none and the task_file form (more than it takes).
+std::vector<std::uint64_t> walk_key(const WalkMatch& walk) {
+  if (!walk.gap.empty()) return {~0ULL};
+  return {walk.match.inodes, walk.match.inodes + walk.match.count};
+}
+
+sys::UniqueFd dup_of(const sys::UniqueFd& fd) {
+  return sys::UniqueFd(fd ? ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3) : -1);
+}
+
+// The kept programs (copies of their descriptors), the walk switched back on,
+// and an iteration started.
+sys::Result<Started> restart(const KernelPrograms::Kept& kept) {
+  ScanPrograms p{dup_of(kept.scan), dup_of(kept.data_map), dup_of(kept.fds), dup_of(kept.tasks)};
+  const bool walks = kept.scan.valid();
+  if ((walks && (!p.scan || !p.data_map)) || (!walks && (!p.fds || !p.tasks)))
+    return sys::errno_error(errno, "keep the BPF programs");
+  if (walks) {
+    char why[256] = {};
+    if (int rc = gpureap_scan_set_walk(p.data_map.get(), 1, why, sizeof why); rc != 0)
+      return sys::Error{-rc, why};
+  }
+  auto iter = start_iterator(walks ? p.scan.get() : p.fds.get(), "BPF descriptor iterator");
+  if (!iter) return iter.error();
+  return Started{std::move(p), std::move(iter.value()), kept.loader, kept.fallback};
 }
 
 // Reads one started iteration: fn(kind, bytes) once per record, in the order
@@ -532,8 +566,13 @@ sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const 
   return ids;
 }
 
-sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
-                                           const DeviceMatcher& devices) {
+KernelPrograms::KernelPrograms() = default;
+KernelPrograms::~KernelPrograms() = default;
+KernelPrograms::KernelPrograms(KernelPrograms&&) noexcept = default;
+KernelPrograms& KernelPrograms::operator=(KernelPrograms&&) noexcept = default;
+
+sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
+                                           KernelPrograms* keep) {
   if (auto gap = kernel_match_gap(devices); !gap.empty()) return sys::Error{EINVAL, gap};
   // The iterator walks the reader's own PID namespace: only from the initial
   // one does it see the node (a container's prestop or observe never does).
@@ -552,8 +591,28 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
     return sys::Error{EINVAL, "clock ticks per second: " + std::to_string(hz)};
   const auto ns_per_tick = static_cast<std::uint64_t>(1000000000L / hz);
 
-  auto started = start_scan(devices);
-  if (!started) return started.error();
+  const WalkMatch walk = walk_match(devices);
+  std::optional<Started> started;
+  if (keep != nullptr && keep->kept && keep->kept->key == walk_key(walk)) {
+    auto again = restart(*keep->kept);
+    if (again) {
+      started = std::move(again.value());
+    } else {
+      keep->kept.reset();  // loaded afresh below
+    }
+  }
+  if (!started) {
+    auto fresh = start_scan(walk);
+    if (!fresh) return fresh.error();
+    if (keep != nullptr) {
+      const ScanPrograms& p = fresh->programs;
+      keep->kept = std::make_unique<KernelPrograms::Kept>(
+          KernelPrograms::Kept{dup_of(p.scan), dup_of(p.data_map), dup_of(p.fds), dup_of(p.tasks),
+                               walk_key(walk), fresh->loader, fresh->fallback});
+      ++keep->loads;
+    }
+    started = std::move(fresh.value());
+  }
   KernelFdTable table;
   table.loader = std::move(started->loader);
   table.loader_note = std::move(started->fallback);
@@ -602,7 +661,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root,
   // every process reads its own cgroup file.
   if (!table.tasks.empty()) {
     char why[256] = {};
-    if (gpureap_scan_css_sets_only(programs.data_map.get(), why, sizeof why) == 0) {
+    if (gpureap_scan_set_walk(programs.data_map.get(), 0, why, sizeof why) == 0) {
       table.tasks_program = std::move(programs.scan);
     } else {
       table.tasks_note = why;

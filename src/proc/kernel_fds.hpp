@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -130,6 +131,25 @@ std::string kernel_match_gap(const DeviceMatcher& devices);
 // /proc/PID/cgroup spoke for its whole cgroup was still in it after the read.
 sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const KernelFdTable& table);
 
-sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices);
+// The scan's BPF programs kept loaded from one scan to the next, for a
+// caller that scans again and again (the exporter): every scan after the
+// first skips loading them (the verifier's work, 2-5 ms). One scan at a time.
+// Loaded afresh when the device files to match change, or when a kept
+// program cannot start. Its members are kernel_fds.cpp's.
+struct KernelPrograms {
+  KernelPrograms();
+  ~KernelPrograms();
+  KernelPrograms(KernelPrograms&&) noexcept;
+  KernelPrograms& operator=(KernelPrograms&&) noexcept;
+
+  struct Kept;
+  std::unique_ptr<Kept> kept;
+  unsigned loads = 0;  // how many times the programs were loaded
+};
+
+// `keep`: where to keep the loaded programs for the next call, and take them
+// from; nullptr loads them for this call alone.
+sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
+                                           KernelPrograms* keep = nullptr);
 
 }  // namespace gpureap::proc

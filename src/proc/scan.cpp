@@ -506,7 +506,8 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   std::string fds_note;
   if (options.read_fds && options.fd_source != FdSource::procfs) {
     const DeviceMatcher no_devices;
-    auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices);
+    auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices,
+                             options.kernel_programs);
     if (k) {
       kernel = std::move(k.value());
       fds_note = std::move(kernel->loader_note);

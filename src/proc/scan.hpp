@@ -20,6 +20,8 @@ namespace gpureap::proc {
 // error; procfs: one readlinkat per descriptor under /proc/<pid>/fd.
 enum class FdSource { automatic, kernel, procfs };
 
+struct KernelPrograms;  // kernel_fds.hpp
+
 struct ScanOptions {
   const DeviceMatcher* devices = nullptr;  // nullptr or empty: gpu_fds stays empty
   // environ is read only when non-empty, and only for GPU holders (or processes
@@ -28,6 +30,9 @@ struct ScanOptions {
   unsigned threads = 1;                    // > 1: pids split across std::thread workers
   bool read_fds = true;                    // false: fd_count 0, fds_readable false
   FdSource fd_source = FdSource::automatic;
+  // Where the kernel iterator's programs are kept between scans (the
+  // exporter's); nullptr: loaded for each scan.
+  KernelPrograms* kernel_programs = nullptr;
 };
 
 struct ScanStats {

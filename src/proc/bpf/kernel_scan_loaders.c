@@ -156,7 +156,7 @@ int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t w
 	return kept(out, out->fds_prog, out->tasks_prog, err, why, why_len);
 }
 
-int gpureap_scan_css_sets_only(int data_map, char *why, size_t why_len)
+int gpureap_scan_set_walk(int data_map, int walk, char *why, size_t why_len)
 {
 	/* The light and the regular skeleton lay .data out alike: one section. */
 	struct gpureap_kernel_scan_lskel__data data;
@@ -165,8 +165,8 @@ int gpureap_scan_css_sets_only(int data_map, char *why, size_t why_len)
 	_Static_assert(sizeof(data) == sizeof(*((struct gpureap_kernel_scan *)0)->data),
 		       "one .data layout");
 	memset(&data, 0, sizeof(data));
-	data.gpureap_walk_tables = 0;
+	data.gpureap_walk_tables = walk ? 1 : 0;
 	if (bpf_map_update_elem(data_map, &key, &data, BPF_ANY))
-		return fail(errno, why, why_len, "switch the BPF scan to task records");
+		return fail(errno, why, why_len, "switch the BPF scan's table walk");
 	return 0;
 }

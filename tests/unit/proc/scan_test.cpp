@@ -419,6 +419,65 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   EXPECT_EQ(find(*k, high_fd.pid())->gpu_files.size(), 1u);  // one description, two numbers
 }
 
+std::vector<CgroupLine> proc_cgroups(pid_t pid);  // below, with the cgroup tests
+
+// A caller that scans again and again (the exporter) keeps the programs:
+// loaded once, each later scan walks the tables again (the re-check of the
+// scan before switched the walk off), and new device files load them afresh.
+TEST(KernelFds, KeptProgramsLoadOnceAndAnswerEveryScan) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  const std::string other = (dir.path / "nvidia1").string();
+  write_file(dev, "");
+  write_file(other, "");
+  struct stat dev_st {};
+  struct stat other_st {};
+  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  ASSERT_EQ(::stat(other.c_str(), &other_st), 0);
+  Pipes pipes;
+  Child holder = spawn_ready(pipes, [&] {
+    for (int i = 0; i < 3; ++i) ::open(dev.c_str(), O_RDONLY);
+    ::open(other.c_str(), O_RDONLY);
+  });
+  ASSERT_TRUE(holder.started());
+  after_this_clock_tick();
+
+  DeviceMatcher one;
+  one.nodes.push_back(
+      DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  DeviceMatcher two = one;
+  two.nodes.push_back(
+      DeviceNode{"nvidia1", other, std::nullopt, FileId{other_st.st_dev, other_st.st_ino}});
+  KernelPrograms keep;
+  auto scan = [&](const DeviceMatcher& m) {
+    ScanOptions opts;
+    opts.devices = &m;
+    opts.fd_source = FdSource::kernel;
+    opts.kernel_programs = &keep;
+    return scan_processes(slash(), opts);
+  };
+  for (int round = 0; round < 3; ++round) {
+    auto k = scan(one);
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    EXPECT_EQ(k->stats.fds_from, "bpf");
+    const Process* p = find(*k, holder.pid());
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 3}})) << "round " << round;
+    // Only the kernel's answer names the descriptions: the walk ran.
+    EXPECT_EQ(p->gpu_files.size(), 3u) << "round " << round;
+    EXPECT_EQ(p->fd_count, 6u) << "round " << round;  // and the ready and hold pipes
+    EXPECT_EQ(p->cgroups, proc_cgroups(holder.pid())) << "round " << round;
+  }
+  EXPECT_EQ(keep.loads, 1u);
+  auto k = scan(two);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  const Process* p = find(*k, holder.pid());
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 3}, {"nvidia1", 1}}));
+  EXPECT_EQ(keep.loads, 2u);
+}
+
 // A thread that unshared its descriptor table holds descriptors /proc/PID/fd
 // (the leader's table) does not show; the kernel scan counts them for the
 // process, whichever program walks (the table walk, or the task_file form
