@@ -288,8 +288,9 @@ struct Reader {
   // "PID/NAME" (or "PID") under proc_base(), for reads without the pid directory's fd.
   const char* proc_path(pid_t pid, const char* name) {
     const char* sep = name[0] != '\0' ? "/" : "";
-    std::snprintf(path_buf, sizeof path_buf, "%s%d%s%s", proc_fd >= 0 ? "" : "proc/", pid, sep,
-                  name);
+    // Cannot be cut: the longest, "proc/" + a pid + "/" + a file name, fits.
+    (void)std::snprintf(path_buf, sizeof path_buf, "%s%d%s%s", proc_fd >= 0 ? "" : "proc/", pid,
+                        sep, name);
     return path_buf;
   }
 
