@@ -160,9 +160,10 @@ struct Exporter::Impl {
       std::size_t size = 0;
       std::FILE* out = ::open_memstream(&buffer, &size);
       if (out != nullptr) {
-        const bool ok = report::write_trace_json(out, *snap, found);
-        std::fclose(out);
-        if (ok) v->snapshot_json.assign(buffer, size);
+        const bool written = report::write_trace_json(out, *snap, found);
+        // fclose writes the memstream's last bytes and sets buffer and size.
+        const bool closed = std::fclose(out) == 0;
+        if (written && closed) v->snapshot_json.assign(buffer, size);
         std::free(buffer);  // NOLINT(cppcoreguidelines-no-malloc): open_memstream's buffer
       }
     }
