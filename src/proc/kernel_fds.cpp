@@ -23,9 +23,33 @@
 
 namespace gpureap::proc {
 
+// What loaded, owned: the table walk (scan, and its switch), or the
+// task_file form (fds and tasks).
+struct ScanPrograms {
+  sys::UniqueFd scan;
+  sys::UniqueFd data_map;
+  sys::UniqueFd fds;
+  sys::UniqueFd tasks;
+
+  [[nodiscard]] bool walks() const { return scan.valid(); }
+  // The program a scan iterates first: the walk, or the task_file iterator.
+  [[nodiscard]] int first() const { return walks() ? scan.get() : fds.get(); }
+  // Copies of the descriptors, the same programs; errno set when one failed.
+  [[nodiscard]] std::optional<ScanPrograms> copy() const {
+    auto dup_of = [](const sys::UniqueFd& fd) {
+      return sys::UniqueFd(fd ? ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3) : -1);
+    };
+    ScanPrograms p{dup_of(scan), dup_of(data_map), dup_of(fds), dup_of(tasks)};
+    if (p.scan.valid() != scan.valid() || p.data_map.valid() != data_map.valid() ||
+        p.fds.valid() != fds.valid() || p.tasks.valid() != tasks.valid())
+      return std::nullopt;
+    return p;
+  }
+};
+
 struct KernelPrograms::Kept {
-  sys::UniqueFd scan, data_map, fds, tasks;  // as ScanPrograms
-  std::vector<std::uint64_t> key;            // walk_key of what they were loaded for
+  ScanPrograms programs;
+  std::vector<std::uint64_t> key;  // walk_key of what they were loaded for
   std::string loader, fallback;
 };
 
@@ -83,42 +107,17 @@ long bpf(int cmd, bpf_attr& attr) {
   return ::syscall(SYS_bpf, cmd, &attr, sizeof attr);
 }
 
-// What loaded, owned: the table walk (scan, and its switch), or the
-// task_file form (fds and tasks).
-struct ScanPrograms {
-  sys::UniqueFd scan;
-  sys::UniqueFd data_map;
-  sys::UniqueFd fds;
-  sys::UniqueFd tasks;
-};
+// One of the C loaders (kernel_scan_loaders.h), the task_file form's taking
+// the match it has no use for.
+using LoadFn = int (*)(const gpureap_scan_match*, gpureap_scan_progs*, char*, std::size_t);
 
-ScanPrograms owned(const gpureap_scan_progs& p) {
-  return ScanPrograms{sys::UniqueFd(p.scan_prog), sys::UniqueFd(p.data_map),
-                      sys::UniqueFd(p.fds_prog), sys::UniqueFd(p.tasks_prog)};
-}
-
-sys::Result<ScanPrograms> load_light(const gpureap_scan_match& match) {
+sys::Result<ScanPrograms> load_with(LoadFn load, const gpureap_scan_match& match) {
   gpureap_scan_progs progs{-1, -1, -1, -1};
   char why[512] = {};
-  const int rc = gpureap_load_scan_light(&match, &progs, why, sizeof why);
+  const int rc = load(&match, &progs, why, sizeof why);
   if (rc != 0) return sys::Error{-rc, why};
-  return owned(progs);
-}
-
-sys::Result<ScanPrograms> load_libbpf(const gpureap_scan_match& match) {
-  gpureap_scan_progs progs{-1, -1, -1, -1};
-  char why[512] = {};
-  const int rc = gpureap_load_scan_libbpf(&match, &progs, why, sizeof why);
-  if (rc != 0) return sys::Error{-rc, why};
-  return owned(progs);
-}
-
-sys::Result<ScanPrograms> load_compat(const gpureap_scan_match&) {
-  gpureap_scan_progs progs{-1, -1, -1, -1};
-  char why[512] = {};
-  const int rc = gpureap_load_scan_compat(&progs, why, sizeof why);
-  if (rc != 0) return sys::Error{-rc, why};
-  return owned(progs);
+  return ScanPrograms{sys::UniqueFd(progs.scan_prog), sys::UniqueFd(progs.data_map),
+                      sys::UniqueFd(progs.fds_prog), sys::UniqueFd(progs.tasks_prog)};
 }
 
 // The regular files the table walk names by inode number, or why it cannot
@@ -180,20 +179,24 @@ sys::Result<Started> start_scan(const WalkMatch& walk) {
   struct Loader {
     const char* name;   // for scan.fds_loader
     const char* label;  // for the note
-    sys::Result<ScanPrograms> (*load)(const gpureap_scan_match&);
+    LoadFn load;
     bool walks;  // loads the table walk
   };
-  const Loader loaders[] = {{"light_skeleton", "light skeleton", load_light, true},
-                            {"libbpf_skeleton", "libbpf skeleton", load_libbpf, true},
-                            {"libbpf_task_file", "libbpf task_file", load_compat, false}};
+  const Loader loaders[] = {
+      {"light_skeleton", "light skeleton", gpureap_load_scan_light, true},
+      {"libbpf_skeleton", "libbpf skeleton", gpureap_load_scan_libbpf, true},
+      {"libbpf_task_file", "libbpf task_file",
+       [](const gpureap_scan_match*, gpureap_scan_progs* out, char* why, std::size_t why_len) {
+         return gpureap_load_scan_compat(out, why, why_len);
+       },
+       false}};
   std::string why = walk.gap;
   int last_err = 0;
   for (const auto& loader : loaders) {
     if (loader.walks && !walk.gap.empty()) continue;
-    auto progs = loader.load(walk.match);
+    auto progs = load_with(loader.load, walk.match);
     if (progs) {
-      const int first = loader.walks ? progs->scan.get() : progs->fds.get();
-      auto iter = start_iterator(first, "BPF descriptor iterator");
+      auto iter = start_iterator(progs->first(), "BPF descriptor iterator");
       if (iter) return Started{std::move(progs.value()), std::move(iter.value()), loader.name, why};
       progs = iter.error();
     }
@@ -211,25 +214,19 @@ std::vector<std::uint64_t> walk_key(const WalkMatch& walk) {
   return {walk.match.inodes, walk.match.inodes + walk.match.count};
 }
 
-sys::UniqueFd dup_of(const sys::UniqueFd& fd) {
-  return sys::UniqueFd(fd ? ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3) : -1);
-}
-
 // The kept programs (copies of their descriptors), the walk switched back on,
 // and an iteration started.
 sys::Result<Started> restart(const KernelPrograms::Kept& kept) {
-  ScanPrograms p{dup_of(kept.scan), dup_of(kept.data_map), dup_of(kept.fds), dup_of(kept.tasks)};
-  const bool walks = kept.scan.valid();
-  if ((walks && (!p.scan || !p.data_map)) || (!walks && (!p.fds || !p.tasks)))
-    return sys::errno_error(errno, "keep the BPF programs");
-  if (walks) {
+  auto p = kept.programs.copy();
+  if (!p) return sys::errno_error(errno, "keep the BPF programs");
+  if (p->walks()) {
     char why[256] = {};
-    if (int rc = gpureap_scan_set_walk(p.data_map.get(), 1, why, sizeof why); rc != 0)
+    if (int rc = gpureap_scan_set_walk(p->data_map.get(), 1, why, sizeof why); rc != 0)
       return sys::Error{-rc, why};
   }
-  auto iter = start_iterator(walks ? p.scan.get() : p.fds.get(), "BPF descriptor iterator");
+  auto iter = start_iterator(p->first(), "BPF descriptor iterator");
   if (!iter) return iter.error();
-  return Started{std::move(p), std::move(iter.value()), kept.loader, kept.fallback};
+  return Started{std::move(*p), std::move(iter.value()), kept.loader, kept.fallback};
 }
 
 // Reads one started iteration: fn(kind, bytes) once per record, in the order
@@ -605,10 +602,11 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
     auto fresh = start_scan(walk);
     if (!fresh) return fresh.error();
     if (keep != nullptr) {
-      const ScanPrograms& p = fresh->programs;
-      keep->kept = std::make_unique<KernelPrograms::Kept>(
-          KernelPrograms::Kept{dup_of(p.scan), dup_of(p.data_map), dup_of(p.fds), dup_of(p.tasks),
-                               walk_key(walk), fresh->loader, fresh->fallback});
+      // Nothing kept where the copies fail: the next scan loads afresh.
+      auto copy = fresh->programs.copy();
+      keep->kept = copy ? std::make_unique<KernelPrograms::Kept>(KernelPrograms::Kept{
+                              std::move(*copy), walk_key(walk), fresh->loader, fresh->fallback})
+                        : nullptr;
       ++keep->loads;
     }
     started = std::move(fresh.value());
@@ -618,7 +616,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   table.loader_note = std::move(started->fallback);
   table.started_ticks = boottime_ticks(ns_per_tick);
   ScanPrograms& programs = started->programs;
-  const bool walks = programs.scan.get() >= 0;
+  const bool walks = programs.walks();
   Aggregator agg(devices, ns_per_tick);
   std::optional<pid_t> reader;
   if (walks) table.tasks.reserve(4096);
