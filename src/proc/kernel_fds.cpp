@@ -390,14 +390,9 @@ class Aggregator {
   std::vector<KernelFdSummary> out_;
 };
 
-// The char devices every process has and no GPU ever is, by number: what the
-// /proc walk skips by path (/dev/null, random, urandom, tty*, console, ptmx, pts).
+// records.h: gpureap_never_a_gpu, the one list the table walk applies too.
 bool never_a_gpu(dev_t rdev) {
-  const unsigned maj = ::major(rdev);
-  const unsigned min = ::minor(rdev);
-  if (maj == 1) return min == 3 || min == 8 || min == 9;
-  if (maj == 5) return min <= 2;
-  return maj == 4 || (maj >= 136 && maj <= 143);
+  return gpureap_never_a_gpu(::major(rdev), ::minor(rdev)) != 0;
 }
 
 // The pid the host root's /proc gives us: equal to the kernel's global tgid

@@ -26,19 +26,6 @@ const volatile __u64 gpureap_match_inodes[GPUREAP_MAX_MATCH_INODES] = {};
  * for the css_set re-check (proc/scan.cpp), which needs nothing else. */
 volatile __u32 gpureap_walk_tables = 1;
 
-/* The char devices every process has and no GPU ever is (the reader's
- * never_a_gpu): /dev/null, random, urandom, ttys, the console, ptmx, pts. */
-static __always_inline int never_a_gpu(__u32 rdev)
-{
-	__u32 maj = rdev >> 20, min = rdev & 0xfffff;
-
-	if (maj == 1)
-		return min == 3 || min == 8 || min == 9;
-	if (maj == 5)
-		return min <= 2;
-	return maj == 4 || (maj >= 136 && maj <= 143);
-}
-
 /* One table's walk, shared by its loops' callbacks (on the program's stack). */
 struct walk {
 	struct seq_file *seq;
@@ -88,7 +75,8 @@ static long walk_descriptor(__u64 bit, void *ctx)
 	r.dev = 0;
 	r.ino = 0;
 	if ((mode & 0170000) == 0020000) { /* S_ISCHR */
-		if (bpf_core_read(&r.rdev, sizeof(r.rdev), &inode->i_rdev) || never_a_gpu(r.rdev))
+		if (bpf_core_read(&r.rdev, sizeof(r.rdev), &inode->i_rdev) ||
+		    gpureap_never_a_gpu(r.rdev >> 20, r.rdev & 0xfffff))
 			return 0;
 	} else if ((mode & 0170000) == 0100000 && gpureap_match_inode_count) { /* S_ISREG */
 		unsigned long ino = 0;

@@ -63,6 +63,20 @@ struct gpureap_css_record {
 	__u64 css_set; /* 0: unreadable, or the task is exiting (PF_EXITING) */
 };
 
+/* The char devices every process has and no GPU ever is, by number: what
+ * the /proc walk skips by path (/dev/null, random, urandom, tty*, console,
+ * ptmx, pts). The table walk writes no record for them; the reader skips them
+ * in the task_file form's records. */
+static inline __attribute__((always_inline)) int gpureap_never_a_gpu(unsigned int maj,
+								      unsigned int min)
+{
+	if (maj == 1)
+		return min == 3 || min == 8 || min == 9;
+	if (maj == 5)
+		return min <= 2;
+	return maj == 4 || (maj >= 136 && maj <= 143);
+}
+
 /* Candidates one table may write: an object's records must fit, with the
  * task's own, in the iterator's 32 KiB buffer (they never span two reads). */
 #define GPUREAP_MAX_CANDIDATES 256
