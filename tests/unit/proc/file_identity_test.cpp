@@ -25,6 +25,7 @@ namespace gpureap::proc {
 namespace {
 
 namespace fs = std::filesystem;
+using test::after_this_clock_tick;
 using test::Child;
 using test::Pipes;
 using test::spawn_ready;
@@ -113,15 +114,7 @@ class SharedDescriptions : public ::testing::Test {
     // The scan takes the iterator's answer only for processes started before
     // the clock tick it began in (a younger one is walked under /proc): let
     // the tick these were started in pass.
-    const auto tick = [] {
-      timespec ts{};
-      ::clock_gettime(CLOCK_BOOTTIME, &ts);
-      return (ts.tv_sec * 1000000000L + ts.tv_nsec) / (1000000000L / ::sysconf(_SC_CLK_TCK));
-    };
-    for (const long started = tick(); tick() == started;) {
-      const timespec ms{0, 1000000};
-      ::nanosleep(&ms, nullptr);
-    }
+    after_this_clock_tick();
     auto root = sys::HostRoot::open("/");
     EXPECT_TRUE(root.ok());
     ScanOptions opts;

@@ -33,6 +33,7 @@ namespace gpureap::proc {
 namespace {
 
 namespace fs = std::filesystem;
+using test::after_this_clock_tick;
 using test::Child;
 using test::fixture;
 using test::Pipes;
@@ -297,23 +298,6 @@ TEST(ScanReal, GonePidIsVanished) {
 // ---------------------------------------------------------------- fake host root
 
 // ---------------------------------------------------------------- the kernel descriptor iterator
-
-// Returns once the boot-time clock has passed into the next clock tick (the
-// unit of a process's start time). A process that started in the tick a
-// kernel scan starts in may have opened descriptors after the iterator
-// passed it, so the scan walks /proc for it (kernel_fds.hpp: started_ticks);
-// tests that must see the iterator's answer for their children wait this out.
-void after_this_clock_tick() {
-  const long hz = ::sysconf(_SC_CLK_TCK);
-  const std::int64_t ns_per_tick = 1000000000 / (hz > 0 ? hz : 100);
-  timespec now{};
-  ::clock_gettime(CLOCK_BOOTTIME, &now);
-  const std::int64_t ns = now.tv_sec * 1000000000LL + now.tv_nsec;
-  const std::int64_t next = (ns / ns_per_tick + 1) * ns_per_tick;
-  timespec until{static_cast<time_t>(next / 1000000000), static_cast<long>(next % 1000000000)};
-  while (::clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &until, nullptr) == EINTR) {
-  }
-}
 
 // A child that reports ready, then closes every descriptor and pauses: the
 // iterator has no record of it, so the scan must confirm "no fds" in /proc.
