@@ -10,11 +10,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "proc/bpf/kernel_scan_loaders.h"
@@ -221,7 +225,7 @@ sys::Result<Started> restart(const KernelPrograms::Kept& kept) {
   if (!p) return sys::errno_error(errno, "keep the BPF programs");
   if (p->walks()) {
     char why[256] = {};
-    if (int rc = gpureap_scan_set_walk(p->data_map.get(), 1, why, sizeof why); rc != 0)
+    if (int rc = gpureap_scan_set_data(p->data_map.get(), 1, 0, nullptr, why, sizeof why); rc != 0)
       return sys::Error{-rc, why};
   }
   auto iter = start_iterator(p->first(), "BPF descriptor iterator");
@@ -468,6 +472,97 @@ void read_kernel_tasks(int tasks_prog, std::uint64_t ns_per_tick, KernelFdTable&
   sort_tasks(table.tasks);
 }
 
+// One reader's part of a walk: its iteration and what it read.
+struct Share {
+  sys::UniqueFd iter;
+  std::vector<KernelFdSummary> processes;  // sorted by tgid
+  std::vector<KernelTask> tasks;           // in the kernel's order
+  std::optional<pid_t> reader;             // the end marker's tgid
+  std::optional<sys::Error> failed;
+};
+
+// Reads one share's iteration (one of `count`). `walks`: the table walk (a
+// table's count comes with its end), else task_file (one record per descriptor).
+void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& devices,
+                std::uint64_t ns_per_tick) {
+  Aggregator agg(devices, ns_per_tick);
+  if (walks) share.tasks.reserve(4096 / count);  // a node's leaders, about
+  auto ran = read_iterator(
+      share.iter.get(), "BPF descriptor iterator", [&](std::uint32_t kind, const char* bytes) {
+        switch (kind) {
+          case GPUREAP_REC_FD:
+            agg.add(record_as<FdRecord>(bytes), !walks);
+            break;
+          case GPUREAP_REC_TABLE:
+            agg.add(record_as<TableRecord>(bytes));
+            break;
+          case GPUREAP_REC_TASK:
+            if (auto t = kernel_task(record_as<TaskRecord>(bytes), ns_per_tick))
+              share.tasks.push_back(std::move(*t));
+            break;
+          case GPUREAP_REC_END:
+            share.reader = static_cast<pid_t>(record_as<EndRecord>(bytes).reader_tgid);
+            break;
+          default:
+            break;
+        }
+      });
+  if (!ran) {
+    share.failed = ran.error();
+    return;
+  }
+  share.processes = agg.finish();
+}
+
+// The table walk split across `count` readers, this thread one of them: each
+// iterates every task but walks only its share of the processes (by tgid), so
+// the descriptor tables' cache misses are taken on several cores at once.
+// The program names a share by its reader's thread id, so the threads start
+// first and the shares are set once every one has said its id. Where a
+// thread or an iteration cannot start, fewer readers share it; where the
+// shares cannot be set, this thread walks it all (shares[0]'s iteration).
+void share_walk(const ScanPrograms& programs, unsigned count, const DeviceMatcher& devices,
+                std::uint64_t ns_per_tick, std::vector<Share>& shares) {
+  for (unsigned i = 1; i < count; ++i) {
+    auto iter = start_iterator(programs.scan.get(), "BPF descriptor iterator");
+    if (!iter) break;
+    shares.emplace_back().iter = std::move(iter.value());
+  }
+  std::vector<unsigned> tids(shares.size(), 0);
+  std::atomic<unsigned> named{0};
+  std::atomic<int> go{0};  // 1: read your share; -1: read nothing
+  unsigned n = 1;          // readers, set before go (read after it)
+  std::vector<std::thread> readers;
+  readers.reserve(shares.size() - 1);
+  for (std::size_t i = 1; i < shares.size(); ++i) {
+    try {
+      readers.emplace_back([&, i] {
+        tids[i] = static_cast<unsigned>(::gettid());
+        named.fetch_add(1);
+        named.notify_one();
+        go.wait(0);
+        if (go.load() == 1) read_share(shares[i], n, true, devices, ns_per_tick);
+      });
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
+  for (unsigned seen = named.load(); seen != readers.size(); seen = named.load()) named.wait(seen);
+  shares.resize(readers.size() + 1);  // iterations no thread took are closed
+  tids.resize(shares.size());
+  tids[0] = static_cast<unsigned>(::gettid());
+  char why[256] = {};
+  const bool shared = shares.size() > 1 && gpureap_scan_set_data(programs.data_map.get(), 1,
+                                                                 static_cast<unsigned>(tids.size()),
+                                                                 tids.data(), why, sizeof why) == 0;
+  n = shared ? static_cast<unsigned>(shares.size()) : 1;
+  go.store(shared ? 1 : -1);
+  go.notify_all();
+  read_share(shares[0], n, true, devices, ns_per_tick);
+  for (auto& r : readers) r.join();
+  if (!shared) shares.resize(1);
+}
+
 }  // namespace
 
 char task_state_letter(std::uint32_t state, std::uint32_t exit_state) {
@@ -564,7 +659,7 @@ KernelPrograms::KernelPrograms(KernelPrograms&&) noexcept = default;
 KernelPrograms& KernelPrograms::operator=(KernelPrograms&&) noexcept = default;
 
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
-                                           KernelPrograms* keep) {
+                                           KernelPrograms* keep, unsigned shards) {
   if (auto gap = kernel_match_gap(devices); !gap.empty()) return sys::Error{EINVAL, gap};
   // The iterator walks the reader's own PID namespace: only from the initial
   // one does it see the node (a container's prestop or observe never does).
@@ -612,37 +707,40 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   table.started_ticks = boottime_ticks(ns_per_tick);
   ScanPrograms& programs = started->programs;
   const bool walks = programs.walks();
-  Aggregator agg(devices, ns_per_tick);
-  std::optional<pid_t> reader;
-  if (walks) table.tasks.reserve(4096);
-  auto ran = read_iterator(
-      started->iter.get(), "BPF descriptor iterator", [&](std::uint32_t kind, const char* bytes) {
-        switch (kind) {
-          case GPUREAP_REC_FD:
-            agg.add(record_as<FdRecord>(bytes), !walks);
-            break;
-          case GPUREAP_REC_TABLE:
-            agg.add(record_as<TableRecord>(bytes));
-            break;
-          case GPUREAP_REC_TASK:
-            if (auto t = kernel_task(record_as<TaskRecord>(bytes), ns_per_tick))
-              table.tasks.push_back(std::move(*t));
-            break;
-          case GPUREAP_REC_END:
-            reader = static_cast<pid_t>(record_as<EndRecord>(bytes).reader_tgid);
-            break;
-          default:
-            break;
-        }
-      });
-  if (!ran) return ran.error();
-  if (!reader) return sys::Error{EBADMSG, "BPF descriptor iterator: no end marker"};
-  if (*reader != *self) {
-    return sys::Error{EXDEV, root.join("proc") + " is not the initial PID namespace's (self is " +
-                                 std::to_string(*self) + ", the kernel's " +
-                                 std::to_string(*reader) + ")"};
+  std::vector<Share> shares(1);
+  shares[0].iter = std::move(started->iter);
+  if (walks && shards > 1) {
+    share_walk(programs, std::min(shards, static_cast<unsigned>(GPUREAP_MAX_SHARDS)), devices,
+               ns_per_tick, shares);
+  } else {
+    read_share(shares[0], 1, walks, devices, ns_per_tick);
   }
-  table.processes = agg.finish();
+  for (auto& share : shares) {
+    if (share.failed) return *share.failed;
+    if (!share.reader) return sys::Error{EBADMSG, "BPF descriptor iterator: no end marker"};
+    if (*share.reader != *self) {
+      return sys::Error{EXDEV, root.join("proc") + " is not the initial PID namespace's (self is " +
+                                   std::to_string(*self) + ", the kernel's " +
+                                   std::to_string(*share.reader) + ")"};
+    }
+  }
+  // Shares split the processes: none is in two, nothing to merge.
+  table.readers = static_cast<unsigned>(shares.size());
+  table.processes = std::move(shares[0].processes);
+  table.tasks = std::move(shares[0].tasks);
+  for (std::size_t i = 1; i < shares.size(); ++i) {
+    auto& share = shares[i];
+    table.processes.insert(table.processes.end(), std::make_move_iterator(share.processes.begin()),
+                           std::make_move_iterator(share.processes.end()));
+    table.tasks.insert(table.tasks.end(), std::make_move_iterator(share.tasks.begin()),
+                       std::make_move_iterator(share.tasks.end()));
+    std::vector<KernelFdSummary>().swap(share.processes);
+    std::vector<KernelTask>().swap(share.tasks);
+  }
+  if (shares.size() > 1) {
+    std::sort(table.processes.begin(), table.processes.end(),
+              [](const KernelFdSummary& a, const KernelFdSummary& b) { return a.tgid < b.tgid; });
+  }
   if (!walks) {
     read_kernel_tasks(programs.tasks.get(), ns_per_tick, table);
     if (!table.tasks.empty()) table.tasks_program = std::move(programs.tasks);
@@ -654,7 +752,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   // every process reads its own cgroup file.
   if (!table.tasks.empty()) {
     char why[256] = {};
-    if (gpureap_scan_set_walk(programs.data_map.get(), 0, why, sizeof why) == 0) {
+    if (gpureap_scan_set_data(programs.data_map.get(), 0, 0, nullptr, why, sizeof why) == 0) {
       table.tasks_program = std::move(programs.scan);
     } else {
       table.tasks_note = why;

@@ -96,6 +96,10 @@ struct KernelFdTable {
   // the task_file form's task program. Invalid: no re-check.
   sys::UniqueFd tasks_program;
 
+  // Threads that shared the table walk (read_kernel_fds' `shards`, or fewer
+  // where no more could start; 1 for the task_file form).
+  unsigned readers = 1;
+
   std::string loader;       // "light_skeleton", "libbpf_skeleton" or "libbpf_task_file"
   std::string loader_note;  // why each loader before it was passed over; empty when the first answered
 
@@ -148,8 +152,10 @@ struct KernelPrograms {
 };
 
 // `keep`: where to keep the loaded programs for the next call, and take them
-// from; nullptr loads them for this call alone.
+// from; nullptr loads them for this call alone. `shards` > 1: the table walk
+// is split across that many threads (this one among them; at most 16), each
+// walking the descriptor tables of its share of the processes.
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
-                                           KernelPrograms* keep = nullptr);
+                                           KernelPrograms* keep = nullptr, unsigned shards = 1);
 
 }  // namespace gpureap::proc

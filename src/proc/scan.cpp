@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "proc/kernel_fds.hpp"
@@ -501,34 +502,53 @@ void check_shared_cgroups(const sys::HostRoot& root, const KernelFdTable& kernel
 }  // namespace
 
 sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOptions& options) {
-  // The iterator runs before /proc is listed: every process it could have
-  // missed then starts after `started_ticks`, and take_fds walks its /proc.
+  int fd = ::openat(root.dir_fd(), "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return sys::errno_error(errno, "open " + root.join("proc"));
+  sys::UniqueFd proc_dir(fd);
+  std::vector<pid_t> pids;
+  int list_err = 0;
+  auto list_proc = [&] {
+    std::vector<char> buf(32768);
+    list_err = list_dir(fd, buf, [&](const char* name) {
+      if (auto pid = pid_from_name(name)) pids.push_back(*pid);
+    });
+  };
+
+  // Whichever runs first, the iterator or the listing: a listed process the
+  // iterator did not see, or saw with another start time, or that started
+  // after the iteration began (`started_ticks`), has its /proc walked
+  // (take_fds). With threads to spare, /proc is listed on one while the
+  // others walk the descriptor tables.
   std::optional<KernelFdTable> kernel;
   std::string fds_note;
-  if (options.read_fds && options.fd_source != FdSource::procfs) {
+  const bool from_kernel = options.read_fds && options.fd_source != FdSource::procfs;
+  std::thread lister;
+  if (from_kernel && options.threads > 1) {
+    try {
+      lister = std::thread(list_proc);
+    } catch (const std::system_error&) {  // listed below instead
+    }
+  }
+  if (from_kernel) {
     const DeviceMatcher no_devices;
     auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices,
-                             options.kernel_programs);
+                             options.kernel_programs, std::max(1u, options.threads));
     if (k) {
       kernel = std::move(k.value());
       fds_note = std::move(kernel->loader_note);
     } else if (options.fd_source == FdSource::kernel) {
+      if (lister.joinable()) lister.join();
       return k.error();
     } else {
       fds_note = k.error().message;
     }
   }
-
-  int fd = ::openat(root.dir_fd(), "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return sys::errno_error(errno, "open " + root.join("proc"));
-  sys::UniqueFd proc_dir(fd);
-  std::vector<pid_t> pids;
-  std::vector<char> buf(32768);
-  int err = list_dir(fd, buf, [&](const char* name) {
-    if (auto pid = pid_from_name(name)) pids.push_back(*pid);
-  });
-  if (err != 0) return sys::errno_error(err, "list " + root.join("proc"));
-  std::vector<char>().swap(buf);
+  if (lister.joinable()) {
+    lister.join();
+  } else {
+    list_proc();
+  }
+  if (list_err != 0) return sys::errno_error(list_err, "list " + root.join("proc"));
   std::sort(pids.begin(), pids.end());
 
   ProcessTable table;

@@ -26,6 +26,15 @@ const volatile __u64 gpureap_match_inodes[GPUREAP_MAX_MATCH_INODES] = {};
  * for the css_set re-check (proc/scan.cpp), which needs nothing else. */
 volatile __u32 gpureap_walk_tables = 1;
 
+/* A walk shared by readers on several threads, set before they read: reader
+ * i (its thread id in gpureap_shard_readers[i]) writes the processes whose
+ * tgid modulo gpureap_shard_count is i. The walk is bound by memory latency,
+ * one core's misses at a time; shares run on as many cores at once. 0 or 1:
+ * one reader writes every process. In .data with the switch above: the
+ * reader sets them all in one map update. */
+volatile __u32 gpureap_shard_count SEC(".data") = 0;
+volatile __u32 gpureap_shard_readers[GPUREAP_MAX_SHARDS] SEC(".data") = {};
+
 /* One table's walk, shared by its loops' callbacks (on the program's stack). */
 struct walk {
 	struct seq_file *seq;
@@ -169,6 +178,23 @@ static __always_inline void walk_table(struct seq_file *seq, struct task_struct 
 	bpf_seq_write(seq, &end, sizeof(end));
 }
 
+/* Whether this reader writes the task's process. A reader not named (none
+ * should read while shares are set) writes nothing: a process written by two
+ * readers would count twice; one written by none is read from /proc. */
+static __always_inline int in_share(const struct task_struct *task)
+{
+	const __u32 count = gpureap_shard_count;
+	const __u32 me = (__u32)bpf_get_current_pid_tgid();
+
+	if (count <= 1)
+		return 1;
+	for (__u32 i = 0; i < GPUREAP_MAX_SHARDS && i < count; i++) {
+		if (gpureap_shard_readers[i] == me)
+			return (__u32)task->tgid % count == i;
+	}
+	return 0;
+}
+
 SEC("iter/task")
 int gpureap_scan(struct bpf_iter__task *ctx)
 {
@@ -192,6 +218,8 @@ int gpureap_scan(struct bpf_iter__task *ctx)
 		}
 		return 0;
 	}
+	if (!in_share(task))
+		return 0;
 	if (leader)
 		write_task_record(seq, task);
 	if (bpf_core_read(&files, sizeof(files), &task->files) || !files)

@@ -156,16 +156,23 @@ int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t w
 	return kept(out, out->fds_prog, out->tasks_prog, err, why, why_len);
 }
 
-int gpureap_scan_set_walk(int data_map, int walk, char *why, size_t why_len)
+int gpureap_scan_set_data(int data_map, int walk, unsigned shards, const unsigned *readers,
+			  char *why, size_t why_len)
 {
 	/* The light and the regular skeleton lay .data out alike: one section. */
 	struct gpureap_kernel_scan_lskel__data data;
 	const unsigned key = 0;
+	const unsigned max_shards = sizeof(data.gpureap_shard_readers) / sizeof(data.gpureap_shard_readers[0]);
 
 	_Static_assert(sizeof(data) == sizeof(*((struct gpureap_kernel_scan *)0)->data),
 		       "one .data layout");
+	if (shards > max_shards || (shards > 1 && !readers))
+		return fail(EINVAL, why, why_len, "share the BPF scan's table walk");
 	memset(&data, 0, sizeof(data));
 	data.gpureap_walk_tables = walk ? 1 : 0;
+	data.gpureap_shard_count = shards > 1 ? shards : 0;
+	for (unsigned i = 0; shards > 1 && i < shards; i++)
+		data.gpureap_shard_readers[i] = readers[i];
 	if (bpf_map_update_elem(data_map, &key, &data, BPF_ANY))
 		return fail(errno, why, why_len, "switch the BPF scan's table walk");
 	return 0;

@@ -40,10 +40,13 @@ int gpureap_load_scan_light(const struct gpureap_scan_match *match, struct gpure
 int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
 			     char *why, size_t why_len);
 
-/* Sets gpureap_walk_tables in gpureap_scan's .data map: 0, and its later runs
- * write css_set records only (the re-check's); 1, a whole scan again (kept
- * programs). Same contract. */
-int gpureap_scan_set_walk(int data_map, int walk, char *why, size_t why_len);
+/* Sets gpureap_scan's .data map. walk: 0, and its later runs write css_set
+ * records only (the re-check's); 1, a whole scan (again, for kept programs).
+ * shards (at most GPUREAP_MAX_SHARDS) and readers: the threads that share the
+ * walk, by thread id; 0 or 1 and NULL, one reader writes it all. Same
+ * contract. */
+int gpureap_scan_set_data(int data_map, int walk, unsigned shards, const unsigned *readers,
+			  char *why, size_t why_len);
 
 /* The task_file form through libbpf: fds_prog and tasks_prog. Same contract. */
 int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t why_len);

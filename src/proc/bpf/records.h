@@ -88,6 +88,10 @@ static inline __attribute__((always_inline)) int gpureap_never_a_gpu(unsigned in
 
 #define GPUREAP_MAX_NS_LEVELS 8 /* deeper nesting: /proc/PID/status is read instead */
 
+/* Readers that can share one walk, each its part of the processes (more
+ * threads, and the extra ones only read /proc). */
+#define GPUREAP_MAX_SHARDS 16
+
 /* One per thread-group leader: what /proc/PID/status and /proc/PID/stat would
  * give the scan, with the start time that ties it to the /proc entry. */
 struct gpureap_task_record {

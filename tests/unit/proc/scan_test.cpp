@@ -403,6 +403,95 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   EXPECT_EQ(find(*k, high_fd.pid())->gpu_files.size(), 1u);  // one description, two numbers
 }
 
+// Threads sharing the table walk (each walks the processes whose tgid falls
+// in its share) give what one reader gives: every process once, its threads'
+// own tables with it, the tables sorted; and the scan on threads agrees.
+TEST(KernelFds, AWalkSharedByThreadsGivesWhatOneReaderGives) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  struct stat dev_st {};
+  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  // Consecutive pids, so every share of 4 (and most of 16) has some; each
+  // holds a count of its own, and the last a thread with a table of its own.
+  std::vector<Pipes> pipes(12);
+  std::vector<Child> children;
+  for (int i = 0; i < 11; ++i) {
+    children.push_back(spawn_ready(pipes[static_cast<std::size_t>(i)], [&, i] {
+      for (int n = 0; n <= i; ++n) ::open(dev.c_str(), O_RDONLY);
+    }));
+  }
+  children.push_back(spawn_ready(pipes[11], [&] {
+    int opened[2];
+    if (::pipe(opened) != 0) ::_exit(1);
+    std::thread([&] {
+      ::unshare(CLONE_FILES);
+      ::open(dev.c_str(), O_RDONLY);
+      char c = 'o';
+      (void)!::write(opened[1], &c, 1);
+      for (;;) ::pause();
+    }).detach();
+    char c = 0;
+    (void)!::read(opened[0], &c, 1);
+  }));
+  for (const Child& c : children) ASSERT_TRUE(c.started());
+  after_this_clock_tick();
+
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  auto root = slash();
+  auto one = read_kernel_fds(root, m, nullptr, 1);
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  EXPECT_EQ(one->readers, 1u);
+  for (unsigned shards : {4u, 16u, 40u}) {
+    auto many = read_kernel_fds(root, m, nullptr, shards);
+    ASSERT_TRUE(many.ok()) << many.error().message;
+    EXPECT_EQ(many->readers, std::min(shards, 16u));
+    auto by_tgid = [](const auto& a, const auto& b) { return a.tgid < b.tgid; };
+    auto same_tgid = [](const auto& a, const auto& b) { return a.tgid == b.tgid; };
+    EXPECT_TRUE(std::is_sorted(many->processes.begin(), many->processes.end(), by_tgid));
+    EXPECT_TRUE(std::is_sorted(many->tasks.begin(), many->tasks.end(), by_tgid));
+    EXPECT_EQ(std::adjacent_find(many->processes.begin(), many->processes.end(), same_tgid),
+              many->processes.end());
+    EXPECT_EQ(std::adjacent_find(many->tasks.begin(), many->tasks.end(), same_tgid),
+              many->tasks.end());
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      const pid_t pid = children[i].pid();
+      const KernelFdSummary* a = one->find(pid);
+      const KernelFdSummary* b = many->find(pid);
+      ASSERT_NE(a, nullptr) << pid;
+      ASSERT_NE(b, nullptr) << pid;
+      const unsigned held = i < 11 ? static_cast<unsigned>(i + 1) : 1u;
+      EXPECT_EQ(b->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", held}})) << shards << " " << pid;
+      EXPECT_EQ(b->gpu_fds, a->gpu_fds) << shards << " " << pid;
+      EXPECT_EQ(b->gpu_files, a->gpu_files) << shards << " " << pid;
+      EXPECT_EQ(b->fd_count, a->fd_count) << shards << " " << pid;
+      ASSERT_NE(many->find_task(pid), nullptr) << shards << " " << pid;
+      EXPECT_EQ(many->find_task(pid)->start_ticks, one->find_task(pid)->start_ticks);
+    }
+  }
+
+  ScanOptions opts;
+  opts.devices = &m;
+  opts.fd_source = FdSource::kernel;
+  auto scan_one = scan_processes(root, opts);
+  opts.threads = 4;
+  auto scan_four = scan_processes(root, opts);
+  ASSERT_TRUE(scan_one.ok()) << scan_one.error().message;
+  ASSERT_TRUE(scan_four.ok()) << scan_four.error().message;
+  for (const Child& c : children) {
+    const Process* a = find(*scan_one, c.pid());
+    const Process* b = find(*scan_four, c.pid());
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->gpu_fds, a->gpu_fds) << c.pid();
+    EXPECT_EQ(b->fd_count, a->fd_count) << c.pid();
+    EXPECT_EQ(b->cmdline, a->cmdline) << c.pid();
+    EXPECT_EQ(b->cgroups, a->cgroups) << c.pid();
+  }
+}
+
 std::vector<CgroupLine> proc_cgroups(pid_t pid);  // below, with the cgroup tests
 
 // A caller that scans again and again (the exporter) keeps the programs:
