@@ -1,8 +1,10 @@
 // bench_scan: one process scan as a tiny CLI, so the harness can measure its
 // wall time and max RSS exactly as it measures fuser and lsof (fork, exec, wait4).
 //   bench_scan [--threads N] [--root DIR] [--no-majors] [--no-fds] [--repeat N]
-//              [--fd-source auto|bpf|procfs] DEVICE_FILE...
+//              [--fd-source auto|bpf|procfs] [--phases] DEVICE_FILE...
 // --no-fds and no DEVICE_FILE split the cost: files only / fd listing without readlink.
+// --phases: first the BPF descriptor pass alone, twice on N threads (loaded and
+// walked, then walked again by the kept programs), printed as load_walk_ms and walk_ms.
 // Prints one line: threads, scan time inside the process, processes, holders
 // (processes with a matched descriptor), matched descriptors, VmHWM.
 #include <sys/resource.h>
@@ -17,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "proc/kernel_fds.hpp"
 #include "proc/scan.hpp"
 
 namespace {
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
   std::string root_path = "/";
   bool majors = true;
   bool read_fds = true;
+  bool phases = false;
   unsigned repeat = 1;
   proc::FdSource fd_source = proc::FdSource::automatic;
   proc::DeviceMatcher matcher;
@@ -52,6 +56,8 @@ int main(int argc, char** argv) {
       root_path = argv[++i];
     } else if (a == "--no-majors") {
       majors = false;
+    } else if (a == "--phases") {
+      phases = true;
     } else if (a == "--no-fds") {
       read_fds = false;
     } else if (a == "--fd-source" && i + 1 < argc) {
@@ -81,6 +87,21 @@ int main(int argc, char** argv) {
   opts.threads = threads;
   opts.read_fds = read_fds;
   opts.fd_source = fd_source;
+  char phase_text[96] = "";
+  if (phases) {
+    proc::KernelPrograms keep;
+    double ms[2] = {0, 0};
+    for (double& m : ms) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto k = proc::read_kernel_fds(*root, matcher, &keep, std::max(1u, threads));
+      m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (!k) {
+        std::fprintf(stderr, "bench_scan: %s\n", k.error().message.c_str());
+        return 2;
+      }
+    }
+    std::snprintf(phase_text, sizeof phase_text, " load_walk_ms=%.2f walk_ms=%.2f", ms[0], ms[1]);
+  }
   // With --repeat, the best of N in-process scans (the table of the last one is printed).
   double best_ms = 0;
   std::optional<sys::Result<proc::ProcessTable>> result;
@@ -105,11 +126,11 @@ int main(int argc, char** argv) {
     gpu_fds += p.gpu_fd_total();
     fds += p.fd_count;
   }
-  std::printf("threads=%u fds_from=%s loader=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u vanished=%u hwm_kb=%ld%s%s\n",
+  std::printf("threads=%u fds_from=%s loader=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u vanished=%u hwm_kb=%ld%s%s%s\n",
               threads, table->stats.fds_from.c_str(),
               table->stats.fds_loader.empty() ? "-" : table->stats.fds_loader.c_str(), best_ms,
               table->stats.scanned, fds, holders, gpu_fds, table->stats.vanished, vm_hwm_kb(),
               table->stats.fds_note.empty() ? "" : " note=",
-              table->stats.fds_note.c_str());
+              table->stats.fds_note.c_str(), phase_text);
   return 0;
 }
