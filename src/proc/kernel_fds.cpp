@@ -594,6 +594,12 @@ KernelFdSummary* KernelFdTable::find(pid_t tgid) {
   return const_cast<KernelFdSummary*>(std::as_const(*this).find(tgid));
 }
 
+std::uint64_t boot_clock_ticks() {
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  if (hz <= 0 || 1000000000L % hz != 0) return 0;
+  return boottime_ticks(static_cast<std::uint64_t>(1000000000L / hz));
+}
+
 dev_t user_dev_from_kernel(std::uint32_t kernel_dev) {
   return ::makedev(kernel_dev >> 20, kernel_dev & 0xfffffU);
 }

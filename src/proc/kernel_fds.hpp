@@ -108,6 +108,10 @@ struct KernelFdTable {
   [[nodiscard]] KernelFdSummary* find(pid_t tgid);
 };
 
+// Now, in KernelTask::start_ticks' unit (stat field 22): clock ticks since
+// boot; 0 where the tick length is not a whole number of nanoseconds.
+std::uint64_t boot_clock_ticks();
+
 // A kernel dev_t (major << 20 | minor, what BPF reads from an inode) as the
 // dev_t stat(2) returns.
 dev_t user_dev_from_kernel(std::uint32_t kernel_dev);

@@ -97,7 +97,7 @@ struct Reader {
   const sys::HostRoot& root;
   const ScanOptions& options;
   KernelFdTable* kernel = nullptr;  // the iterator's answer, when it ran; each entry is taken once
-  std::vector<char> dents = std::vector<char>(32768);
+  std::vector<char> dents;  // sized at the first /proc/PID/fd walk: a BPF scan may have none
   std::string text;
   std::vector<unsigned> node_counts;               // per matcher node, for the current process
   std::vector<std::pair<dev_t, unsigned>> by_major;  // devices known only by their major
@@ -177,6 +177,7 @@ struct Reader {
     unsigned count = 0;
     bool links_denied = false;
     char link[4096];
+    if (dents.empty()) dents.resize(32768);
     int err = list_dir(fd, dents, [&](const char* name) {
       ++count;
       if (!match) return;
@@ -313,12 +314,14 @@ struct Reader {
     p.comm = std::move(st.comm);
   }
 
-  Outcome read(pid_t pid, Process& p, std::string* why) {
+  // `cmdline_at`: the clock tick in which p.cmdline was read ahead (0: it was not).
+  Outcome read(pid_t pid, Process& p, std::string* why, std::uint64_t cmdline_at = 0) {
     shared_cgroup = 0;
     char path[32];
     if (std::snprintf(path, sizeof path, "proc/%d", pid) <= 0) return Outcome::malformed;
     const KernelTask* task = kernel != nullptr ? kernel->find_task(pid) : nullptr;
-    if (task != nullptr && task->stat) return read_known(pid, *task, p, why);
+    if (task != nullptr && task->stat) return read_known(pid, *task, p, why, cmdline_at);
+    p.cmdline.clear();
 
     // Every file is opened relative to this one directory fd, not by path:
     // the fd stays bound to this process, so if the pid is reused mid-read
@@ -391,7 +394,8 @@ struct Reader {
   // saved per process): the same process unless the PID space wrapped since
   // the iterator ran, which the fields above already assume. A process that
   // iterator missed has its fd directory walked through a directory fd.
-  Outcome read_known(pid_t pid, const KernelTask& task, Process& p, std::string* why) {
+  Outcome read_known(pid_t pid, const KernelTask& task, Process& p, std::string* why,
+                     std::uint64_t cmdline_at) {
     StatInfo st = *task.stat;
     take_stat(pid, st, p);
     p.tgid = pid;
@@ -412,12 +416,19 @@ struct Reader {
     auto at = [&](const char* name) { return pfd >= 0 ? name : proc_path(pid, name); };
     const int dir = pfd >= 0 ? pfd : proc_base();
 
-    // Best effort, as in read(); but a cmdline gone by path is the process gone.
-    if (int err = read_into(dir, at("cmdline"), true); err == 0) {
-      p.cmdline = parse_cmdline(text);
-    } else if (pfd < 0 && classify_errno(err) == Outcome::vanished) {
-      if (why != nullptr) *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
-      return Outcome::vanished;
+    // A cmdline read ahead (scan_processes) in a clock tick after this
+    // process started was this process's: a pid names one live process at a
+    // time, and this one lived from its start to the iterator. Else it is
+    // read now, best effort as in read(); but gone by path is the process gone.
+    if (cmdline_at == 0 || task.start_ticks >= cmdline_at) {
+      p.cmdline.clear();
+      if (int err = read_into(dir, at("cmdline"), true); err == 0) {
+        p.cmdline = parse_cmdline(text);
+      } else if (pfd < 0 && classify_errno(err) == Outcome::vanished) {
+        if (why != nullptr)
+          *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
+        return Outcome::vanished;
+      }
     }
     take_cgroups(dir, at("cgroup"), &task, p);
     if (options.read_fds) take_fds(pfd, p);
@@ -444,9 +455,9 @@ using CgroupsSeen = std::vector<std::pair<pid_t, std::uint64_t>>;
 // grow and merge (a second copy of the table at the peak).
 void scan_some(const sys::HostRoot& root, int proc_fd, const ScanOptions& options,
                KernelFdTable* kernel, const std::vector<pid_t>& pids,
-               std::atomic<std::size_t>& next, std::vector<Process>& slots,
-               std::vector<Outcome>& outcomes, std::vector<std::uint64_t>& shared,
-               CgroupsSeen& seen, unsigned& fds_denied) {
+               const std::vector<std::uint64_t>& cmdline_at, std::atomic<std::size_t>& next,
+               std::vector<Process>& slots, std::vector<Outcome>& outcomes,
+               std::vector<std::uint64_t>& shared, CgroupsSeen& seen, unsigned& fds_denied) {
   Reader reader(root, options);
   reader.kernel = kernel;
   reader.proc_fd = proc_fd;
@@ -456,7 +467,7 @@ void scan_some(const sys::HostRoot& root, int proc_fd, const ScanOptions& option
     if (begin >= pids.size()) break;
     std::size_t end = std::min(begin + kChunk, pids.size());
     for (std::size_t i = begin; i < end; ++i) {
-      outcomes[i] = reader.read(pids[i], slots[i], nullptr);
+      outcomes[i] = reader.read(pids[i], slots[i], nullptr, cmdline_at.empty() ? 0 : cmdline_at[i]);
       shared[i] = reader.shared_cgroup;
       if (outcomes[i] != Outcome::ok) slots[i] = Process{};  // drop what a failed read left
     }
@@ -499,34 +510,96 @@ void check_shared_cgroups(const sys::HostRoot& root, const KernelFdTable& kernel
   }
 }
 
+// The listing of /proc, and cmdlines read ahead into the slots by threads to
+// spare while the BPF programs load and walk (the verifier's milliseconds).
+struct Listing {
+  int proc_fd = -1;
+  std::vector<pid_t> pids;  // sorted
+  std::vector<Process> slots;
+  // Per slot, the boot-time tick before its cmdline was read; 0: not read.
+  std::vector<std::uint64_t> cmdline_at;
+  int list_err = 0;
+  std::atomic<int> listed{0};  // 1: the vectors above are ready; -1: listing failed
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> next{0};
+
+  // Lists /proc and sizes the slots. Returns 0 or errno.
+  int list() {
+    std::vector<char> buf(32768);
+    int err = list_dir(proc_fd, buf, [&](const char* name) {
+      if (auto pid = pid_from_name(name)) pids.push_back(*pid);
+    });
+    if (err != 0) return err;
+    std::sort(pids.begin(), pids.end());
+    slots.resize(pids.size());
+    return 0;
+  }
+};
+
+// One thread to spare: the first lists /proc; then each reads cmdlines into
+// their slots, in chunks, until every one is read or it is told to stop.
+void list_and_read_ahead(const sys::HostRoot& root, const ScanOptions& options, Listing& l,
+                         bool lists) {
+  if (lists) {
+    l.list_err = l.list();
+    if (l.list_err == 0) l.cmdline_at.assign(l.pids.size(), 0);
+    l.listed.store(l.list_err == 0 ? 1 : -1);
+    l.listed.notify_all();
+  } else {
+    l.listed.wait(0);
+  }
+  if (l.listed.load() != 1) return;
+  Reader reader(root, options);
+  reader.proc_fd = l.proc_fd;
+  constexpr std::size_t kChunk = 8;
+  while (!l.stop.load(std::memory_order_relaxed)) {
+    const std::size_t begin = l.next.fetch_add(kChunk, std::memory_order_relaxed);
+    if (begin >= l.pids.size()) return;
+    const std::size_t end = std::min(begin + kChunk, l.pids.size());
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::uint64_t tick = boot_clock_ticks();
+      if (reader.read_into(l.proc_fd, reader.proc_path(l.pids[i], "cmdline"), true) != 0) continue;
+      l.slots[i].cmdline = parse_cmdline(reader.text);
+      l.cmdline_at[i] = tick;
+    }
+  }
+}
+
 }  // namespace
 
 sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOptions& options) {
   int fd = ::openat(root.dir_fd(), "proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return sys::errno_error(errno, "open " + root.join("proc"));
   sys::UniqueFd proc_dir(fd);
-  std::vector<pid_t> pids;
-  int list_err = 0;
-  auto list_proc = [&] {
-    std::vector<char> buf(32768);
-    list_err = list_dir(fd, buf, [&](const char* name) {
-      if (auto pid = pid_from_name(name)) pids.push_back(*pid);
-    });
-  };
+  Listing listing;
+  listing.proc_fd = fd;
 
   // Whichever runs first, the iterator or the listing: a listed process the
   // iterator did not see, or saw with another start time, or that started
   // after the iteration began (`started_ticks`), has its /proc walked
-  // (take_fds). With threads to spare, /proc is listed on one while the
-  // others walk the descriptor tables.
+  // (take_fds). With threads to spare, they list /proc and read cmdlines
+  // ahead while the programs load and walk the descriptor tables.
   std::optional<KernelFdTable> kernel;
   std::string fds_note;
   const bool from_kernel = options.read_fds && options.fd_source != FdSource::procfs;
-  std::thread lister;
+  struct Spare {
+    Listing& listing;
+    std::vector<std::thread> threads;
+    void stop() {
+      listing.stop.store(true);
+      for (auto& t : threads) t.join();
+      threads.clear();
+    }
+    ~Spare() { stop(); }  // also on an early return
+  } spare{listing, {}};
   if (from_kernel && options.threads > 1) {
-    try {
-      lister = std::thread(list_proc);
-    } catch (const std::system_error&) {  // listed below instead
+    for (unsigned t = 0; t + 1 < options.threads; ++t) {
+      try {
+        spare.threads.emplace_back(list_and_read_ahead, std::cref(root), std::cref(options),
+                                   std::ref(listing), t == 0);
+      } catch (const std::system_error&) {  // fewer read ahead; none: listed below
+        break;
+      }
     }
   }
   if (from_kernel) {
@@ -537,19 +610,16 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
       kernel = std::move(k.value());
       fds_note = std::move(kernel->loader_note);
     } else if (options.fd_source == FdSource::kernel) {
-      if (lister.joinable()) lister.join();
       return k.error();
     } else {
       fds_note = k.error().message;
     }
   }
-  if (lister.joinable()) {
-    lister.join();
-  } else {
-    list_proc();
-  }
-  if (list_err != 0) return sys::errno_error(list_err, "list " + root.join("proc"));
-  std::sort(pids.begin(), pids.end());
+  const bool listed = !spare.threads.empty();
+  spare.stop();
+  if (!listed) listing.list_err = listing.list();
+  if (listing.list_err != 0) return sys::errno_error(listing.list_err, "list " + root.join("proc"));
+  const std::vector<pid_t>& pids = listing.pids;
 
   ProcessTable table;
   table.stats.listed = static_cast<unsigned>(pids.size());
@@ -560,23 +630,23 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   unsigned nthreads = std::max(1u, options.threads);
   // No more workers than pids: an idle thread costs a clone for nothing.
   nthreads = static_cast<unsigned>(std::min<std::size_t>(nthreads, std::max<std::size_t>(1, pids.size())));
-  std::vector<Process> slots(pids.size());
+  std::vector<Process>& slots = listing.slots;
   std::vector<Outcome> outcomes(pids.size(), Outcome::malformed);
   std::vector<std::uint64_t> shared(pids.size(), 0);
   std::vector<CgroupsSeen> seen(nthreads);
   std::vector<unsigned> fds_denied(nthreads, 0);
   std::atomic<std::size_t> next{0};
   if (nthreads == 1) {
-    scan_some(root, proc_dir.get(), options, kernel_table, pids, next, slots, outcomes, shared,
-              seen[0], fds_denied[0]);
+    scan_some(root, proc_dir.get(), options, kernel_table, pids, listing.cmdline_at, next, slots,
+              outcomes, shared, seen[0], fds_denied[0]);
   } else {
     std::vector<std::thread> workers;
     workers.reserve(nthreads);
     for (unsigned t = 0; t < nthreads; ++t) {
       workers.emplace_back(scan_some, std::cref(root), proc_dir.get(), std::cref(options),
-                           kernel_table, std::cref(pids), std::ref(next), std::ref(slots),
-                           std::ref(outcomes), std::ref(shared), std::ref(seen[t]),
-                           std::ref(fds_denied[t]));
+                           kernel_table, std::cref(pids), std::cref(listing.cmdline_at),
+                           std::ref(next), std::ref(slots), std::ref(outcomes), std::ref(shared),
+                           std::ref(seen[t]), std::ref(fds_denied[t]));
     }
     for (auto& w : workers) w.join();
   }

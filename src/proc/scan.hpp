@@ -27,7 +27,9 @@ struct ScanOptions {
   // environ is read only when non-empty, and only for GPU holders (or processes
   // whose descriptors could not be read, or every process when read_fds is off).
   std::vector<std::string> env_keys;
-  unsigned threads = 1;                    // > 1: pids split across std::thread workers
+  // > 1: the BPF walk shared by that many threads, /proc listed and cmdlines
+  // read ahead while its programs load, then the pids split across workers.
+  unsigned threads = 1;
   bool read_fds = true;                    // false: fd_count 0, fds_readable false
   FdSource fd_source = FdSource::automatic;
   // Where the kernel iterator's programs are kept between scans (the

@@ -435,7 +435,20 @@ TEST(KernelFds, AWalkSharedByThreadsGivesWhatOneReaderGives) {
     char c = 0;
     (void)!::read(opened[0], &c, 1);
   }));
+  // And processes with argv of their own (exec'd): on threads, cmdlines are
+  // read ahead while the programs load, each into its own process's slot.
+  constexpr const char* kScript = "printf r >&100; read -r x <&101";
+  std::vector<Pipes> exec_pipes(3);
+  std::vector<Child> execed;
+  for (int i = 0; i < 3; ++i) {
+    const std::string marker = "marker-" + std::to_string(i);
+    execed.push_back(spawn_ready(exec_pipes[static_cast<std::size_t>(i)], [&] {
+      ::execl("/bin/bash", "bash", "-c", kScript, marker.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }));
+  }
   for (const Child& c : children) ASSERT_TRUE(c.started());
+  for (const Child& c : execed) ASSERT_TRUE(c.started());
   after_this_clock_tick();
 
   DeviceMatcher m;
@@ -489,6 +502,14 @@ TEST(KernelFds, AWalkSharedByThreadsGivesWhatOneReaderGives) {
     EXPECT_EQ(b->fd_count, a->fd_count) << c.pid();
     EXPECT_EQ(b->cmdline, a->cmdline) << c.pid();
     EXPECT_EQ(b->cgroups, a->cgroups) << c.pid();
+  }
+  for (std::size_t i = 0; i < execed.size(); ++i) {
+    const std::vector<std::string> argv = {"bash", "-c", kScript, "marker-" + std::to_string(i)};
+    for (const auto* table : {&*scan_one, &*scan_four}) {
+      const Process* p = find(*table, execed[i].pid());
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(p->cmdline, argv) << execed[i].pid();
+    }
   }
 }
 
