@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,13 +33,13 @@ long vm_hwm_kb() {
   while (std::fgets(line, sizeof line, f) != nullptr) {
     if (std::strncmp(line, "VmHWM:", 6) == 0) kb = std::strtol(line + 6, nullptr, 10);
   }
-  std::fclose(f);
+  (void)std::fclose(f);  // read-only: nothing to lose
   return kb;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace gpureap;
   unsigned threads = 1;
   std::string root_path = "/";
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
 
   auto root = sys::HostRoot::open(root_path);
   if (!root) {
-    std::fprintf(stderr, "bench_scan: %s\n", root.error().message.c_str());
+    (void)std::fprintf(stderr, "bench_scan: %s\n", root.error().message.c_str());
     return 2;
   }
   proc::ScanOptions opts;
@@ -96,11 +97,12 @@ int main(int argc, char** argv) {
       auto k = proc::read_kernel_fds(*root, matcher, &keep, std::max(1u, threads));
       m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!k) {
-        std::fprintf(stderr, "bench_scan: %s\n", k.error().message.c_str());
+        (void)std::fprintf(stderr, "bench_scan: %s\n", k.error().message.c_str());
         return 2;
       }
     }
-    std::snprintf(phase_text, sizeof phase_text, " load_walk_ms=%.2f walk_ms=%.2f", ms[0], ms[1]);
+    (void)std::snprintf(phase_text, sizeof phase_text, " load_walk_ms=%.2f walk_ms=%.2f", ms[0],
+                        ms[1]);
   }
   // With --repeat, the best of N in-process scans (the table of the last one is printed).
   double best_ms = 0;
@@ -115,7 +117,7 @@ int main(int argc, char** argv) {
   }
   auto& table = *result;
   if (!table) {
-    std::fprintf(stderr, "bench_scan: %s\n", table.error().message.c_str());
+    (void)std::fprintf(stderr, "bench_scan: %s\n", table.error().message.c_str());
     return 2;
   }
   unsigned holders = 0;
@@ -126,11 +128,15 @@ int main(int argc, char** argv) {
     gpu_fds += p.gpu_fd_total();
     fds += p.fd_count;
   }
-  std::printf("threads=%u fds_from=%s loader=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u vanished=%u hwm_kb=%ld%s%s%s\n",
-              threads, table->stats.fds_from.c_str(),
-              table->stats.fds_loader.empty() ? "-" : table->stats.fds_loader.c_str(), best_ms,
-              table->stats.scanned, fds, holders, gpu_fds, table->stats.vanished, vm_hwm_kb(),
-              table->stats.fds_note.empty() ? "" : " note=",
-              table->stats.fds_note.c_str(), phase_text);
+  std::printf(
+      "threads=%u fds_from=%s loader=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u "
+      "vanished=%u hwm_kb=%ld%s%s%s\n",
+      threads, table->stats.fds_from.c_str(),
+      table->stats.fds_loader.empty() ? "-" : table->stats.fds_loader.c_str(), best_ms,
+      table->stats.scanned, fds, holders, gpu_fds, table->stats.vanished, vm_hwm_kb(),
+      table->stats.fds_note.empty() ? "" : " note=", table->stats.fds_note.c_str(), phase_text);
   return 0;
+} catch (const std::exception& e) {
+  (void)std::fprintf(stderr, "bench_scan: %s\n", e.what());
+  return 2;
 }
