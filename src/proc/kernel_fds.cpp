@@ -237,10 +237,13 @@ sys::Result<Started> restart(const KernelPrograms::Kept& kept) {
 // the kernel wrote them.
 template <class Fn>
 sys::Status read_iterator(int iter_fd, const std::string& what, Fn&& fn) {
-  std::vector<char> buf(65536);
+  // A read returns at most the iterator's own buffer (8 pages), and only the
+  // pages the kernel writes are touched (no zeroing): shares read at once.
+  constexpr std::size_t kSize = 32768 + 4096;
+  const auto buf = std::make_unique_for_overwrite<char[]>(kSize);
   std::size_t carry = 0;  // bytes of a record cut by the previous read
   for (;;) {
-    ssize_t n = ::read(iter_fd, buf.data() + carry, buf.size() - carry);
+    ssize_t n = ::read(iter_fd, buf.get() + carry, kSize - carry);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return sys::errno_error(errno, "read the " + what);
     if (n == 0) break;
@@ -248,16 +251,16 @@ sys::Status read_iterator(int iter_fd, const std::string& what, Fn&& fn) {
     std::size_t at = 0;
     while (have - at >= sizeof(std::uint32_t)) {
       std::uint32_t kind = 0;
-      std::memcpy(&kind, buf.data() + at, sizeof kind);
+      std::memcpy(&kind, buf.get() + at, sizeof kind);
       const std::size_t size = record_size(kind);
       if (size == 0)
         return sys::Error{EBADMSG, what + ": a record of unknown kind " + std::to_string(kind)};
       if (have - at < size) break;
-      fn(kind, buf.data() + at);
+      fn(kind, buf.get() + at);
       at += size;
     }
     carry = have - at;
-    std::memmove(buf.data(), buf.data() + at, carry);
+    std::memmove(buf.get(), buf.get() + at, carry);
   }
   if (carry != 0) return sys::Error{EBADMSG, what + ": a cut record at the end"};
   return sys::Ok{};
@@ -665,7 +668,8 @@ KernelPrograms::KernelPrograms(KernelPrograms&&) noexcept = default;
 KernelPrograms& KernelPrograms::operator=(KernelPrograms&&) noexcept = default;
 
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
-                                           KernelPrograms* keep, unsigned shards) {
+                                           KernelPrograms* keep, unsigned shards,
+                                           const std::function<void()>& loaded) {
   if (auto gap = kernel_match_gap(devices); !gap.empty()) return sys::Error{EINVAL, gap};
   // The iterator walks the reader's own PID namespace: only from the initial
   // one does it see the node (a container's prestop or observe never does).
@@ -713,6 +717,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   table.started_ticks = boottime_ticks(ns_per_tick);
   ScanPrograms& programs = started->programs;
   const bool walks = programs.walks();
+  if (loaded) loaded();
   std::vector<Share> shares(1);
   shares[0].iter = std::move(started->iter);
   if (walks && shards > 1) {
@@ -732,18 +737,24 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   }
   // Shares split the processes: none is in two, nothing to merge.
   table.readers = static_cast<unsigned>(shares.size());
-  table.processes = std::move(shares[0].processes);
-  table.tasks = std::move(shares[0].tasks);
-  for (std::size_t i = 1; i < shares.size(); ++i) {
-    auto& share = shares[i];
-    table.processes.insert(table.processes.end(), std::make_move_iterator(share.processes.begin()),
-                           std::make_move_iterator(share.processes.end()));
-    table.tasks.insert(table.tasks.end(), std::make_move_iterator(share.tasks.begin()),
-                       std::make_move_iterator(share.tasks.end()));
-    std::vector<KernelFdSummary>().swap(share.processes);
-    std::vector<KernelTask>().swap(share.tasks);
-  }
-  if (shares.size() > 1) {
+  if (shares.size() == 1) {
+    table.processes = std::move(shares[0].processes);
+    table.tasks = std::move(shares[0].tasks);
+  } else {  // one exact allocation each, every share's freed as soon as it is moved
+    std::size_t processes = 0, tasks = 0;
+    for (const auto& share : shares) {
+      processes += share.processes.size();
+      tasks += share.tasks.size();
+    }
+    table.processes.reserve(processes);
+    table.tasks.reserve(tasks);
+    for (auto& share : shares) {
+      std::move(share.processes.begin(), share.processes.end(),
+                std::back_inserter(table.processes));
+      std::move(share.tasks.begin(), share.tasks.end(), std::back_inserter(table.tasks));
+      std::vector<KernelFdSummary>().swap(share.processes);
+      std::vector<KernelTask>().swap(share.tasks);
+    }
     std::sort(table.processes.begin(), table.processes.end(),
               [](const KernelFdSummary& a, const KernelFdSummary& b) { return a.tgid < b.tgid; });
   }

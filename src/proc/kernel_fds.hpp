@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,7 +160,10 @@ struct KernelPrograms {
 // from; nullptr loads them for this call alone. `shards` > 1: the table walk
 // is split across that many threads (this one among them; at most 16), each
 // walking the descriptor tables of its share of the processes.
+// `loaded`: called once the programs are loaded, before the walk starts (the
+// scan stops the threads that worked meanwhile: the walk's take the cores).
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
-                                           KernelPrograms* keep = nullptr, unsigned shards = 1);
+                                           KernelPrograms* keep = nullptr, unsigned shards = 1,
+                                           const std::function<void()>& loaded = {});
 
 }  // namespace gpureap::proc

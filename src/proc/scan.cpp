@@ -511,7 +511,7 @@ void check_shared_cgroups(const sys::HostRoot& root, const KernelFdTable& kernel
 }
 
 // The listing of /proc, and cmdlines read ahead into the slots by threads to
-// spare while the BPF programs load and walk (the verifier's milliseconds).
+// spare while the BPF programs load (the verifier's milliseconds).
 struct Listing {
   int proc_fd = -1;
   std::vector<pid_t> pids;  // sorted
@@ -578,7 +578,7 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   // iterator did not see, or saw with another start time, or that started
   // after the iteration began (`started_ticks`), has its /proc walked
   // (take_fds). With threads to spare, they list /proc and read cmdlines
-  // ahead while the programs load and walk the descriptor tables.
+  // ahead while the programs load; the walk's threads then take the cores.
   std::optional<KernelFdTable> kernel;
   std::string fds_note;
   const bool from_kernel = options.read_fds && options.fd_source != FdSource::procfs;
@@ -605,7 +605,8 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   if (from_kernel) {
     const DeviceMatcher no_devices;
     auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices,
-                             options.kernel_programs, std::max(1u, options.threads));
+                             options.kernel_programs, std::max(1u, options.threads),
+                             [&spare] { spare.stop(); });
     if (k) {
       kernel = std::move(k.value());
       fds_note = std::move(kernel->loader_note);
@@ -615,9 +616,8 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
       fds_note = k.error().message;
     }
   }
-  const bool listed = !spare.threads.empty();
   spare.stop();
-  if (!listed) listing.list_err = listing.list();
+  if (listing.listed.load() == 0) listing.list_err = listing.list();  // no thread listed it
   if (listing.list_err != 0) return sys::errno_error(listing.list_err, "list " + root.join("proc"));
   const std::vector<pid_t>& pids = listing.pids;
 
