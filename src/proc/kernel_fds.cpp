@@ -67,7 +67,7 @@ using TableRecord = gpureap_table_record;
 using TaskRecord = gpureap_task_record;
 using EndRecord = gpureap_end_record;
 using CssRecord = gpureap_css_record;
-static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(TaskRecord) == 112 &&
+static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(TaskRecord) == 144 &&
               sizeof(EndRecord) == 8 && sizeof(CssRecord) == 16);
 static_assert(sizeof(gpureap_scan_match::inodes) / sizeof(gpureap_scan_match::inodes[0]) ==
               GPUREAP_MAX_MATCH_INODES);
@@ -427,6 +427,7 @@ std::optional<KernelTask> kernel_task(const TaskRecord& r, std::uint64_t ns_per_
   t.uid = static_cast<uid_t>(r.uid);
   t.start_ticks = r.start_ns / ns_per_tick;
   t.css_set = shareable_css_set(r);
+  if (r.areas_ok == 1) t.areas = MemoryAreas{r.arg_start, r.arg_end, r.env_start, r.env_end};
   t.levels = static_cast<std::uint8_t>(r.level + 1);
   for (unsigned i = 0; i < t.levels; ++i) t.nspid[i] = static_cast<pid_t>(r.nspid[i]);
   if (r.stat_ok == 1 && r.comm[0] != '\0') {

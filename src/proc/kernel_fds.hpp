@@ -58,6 +58,17 @@ struct KernelFdSummary {
   bool complete = true;
 };
 
+// Where a process's argv and initial environment lie in its memory
+// (mm->arg_start..arg_end, env_start..env_end): what /proc/PID/cmdline and
+// environ read, copied by the scan with one process_vm_readv.
+struct MemoryAreas {
+  std::uint64_t arg_start = 0;
+  std::uint64_t arg_end = 0;
+  std::uint64_t env_start = 0;
+  std::uint64_t env_end = 0;
+  bool operator==(const MemoryAreas&) const = default;
+};
+
 // What /proc/PID/status would give for one process, from a BPF task iterator.
 struct KernelTask {
   pid_t tgid = 0;
@@ -74,6 +85,8 @@ struct KernelTask {
   // exiting one shows "/" on v1 hierarchies), so the scan reads that file
   // once per css_set (proc/scan.cpp). Opaque, only compared: a kernel address.
   std::uint64_t css_set = 0;
+  // Unset without an mm (a kernel thread, a zombie) or when unread.
+  std::optional<MemoryAreas> areas;
 };
 
 // The state letter /proc/PID/stat shows for a task's __state and exit_state

@@ -20,6 +20,7 @@
 
 #include "proc/kernel_fds.hpp"
 #include "proc/parse.hpp"
+#include "proc/process_memory.hpp"
 #include "sys/unique_fd.hpp"
 
 namespace gpureap::proc {
@@ -152,6 +153,47 @@ struct Reader {
     }
     text.resize(used);
     return 0;
+  }
+
+  // process_vm_readv was refused once (EPERM: a security module or the
+  // ptrace policy; ENOSYS): the rest of this scan reads /proc, and a
+  // refusal that is audited is audited once, not per process.
+  bool memory_reads_refused = false;
+
+  // argv and, when asked, the environment of a process the task iterator
+  // described. Outcome::vanished when it is gone; the rest best effort.
+  template <class PathOf>
+  Outcome take_args(int dir, const PathOf& at, pid_t pid,
+                    const KernelTask& task, bool cmdline, bool env, bool by_path, Process& p,
+                    std::string* why) {
+    if (task.areas && (cmdline || env) && !memory_reads_refused) {
+      const AreaCopy c = copy_areas(pid, *task.areas, cmdline, env, text);
+      memory_reads_refused = c == AreaCopy::refused;
+      if (c == AreaCopy::copied) {
+        const std::size_t arg_len = cmdline ? task.areas->arg_end - task.areas->arg_start : 0;
+        const std::string_view copied(text);
+        if (env) p.env = parse_environ(copied.substr(arg_len), options.env_keys);
+        // An argument area whose last byte is not the terminating NUL was
+        // rewritten (setproctitle): the file then reads on into the
+        // environment (get_mm_proctitle), so it is asked.
+        if (cmdline && (arg_len == 0 || copied[arg_len - 1] == '\0')) {
+          p.cmdline = parse_cmdline(copied.substr(0, arg_len));
+          cmdline = false;
+        }
+        env = false;
+      }
+    }
+    if (cmdline) {
+      p.cmdline.clear();
+      if (int err = read_into(dir, at("cmdline"), true); err == 0) {
+        p.cmdline = parse_cmdline(text);
+      } else if (by_path && classify_errno(err) == Outcome::vanished) {
+        if (why != nullptr) *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
+        return Outcome::vanished;
+      }
+    }
+    if (env && read_into(dir, at("environ"), true) == 0) p.env = parse_environ(text, options.env_keys);
+    return Outcome::ok;
   }
 
   // A parse failure on a process that is gone meanwhile is a vanish, not garbage.
@@ -416,24 +458,14 @@ struct Reader {
     auto at = [&](const char* name) { return pfd >= 0 ? name : proc_path(pid, name); };
     const int dir = pfd >= 0 ? pfd : proc_base();
 
+    take_cgroups(dir, at("cgroup"), &task, p);
+    if (options.read_fds) take_fds(pfd, p);
     // A cmdline read ahead (scan_processes) in a clock tick after this
     // process started was this process's: a pid names one live process at a
     // time, and this one lived from its start to the iterator. Else it is
-    // read now, best effort as in read(); but gone by path is the process gone.
-    if (cmdline_at == 0 || task.start_ticks >= cmdline_at) {
-      p.cmdline.clear();
-      if (int err = read_into(dir, at("cmdline"), true); err == 0) {
-        p.cmdline = parse_cmdline(text);
-      } else if (pfd < 0 && classify_errno(err) == Outcome::vanished) {
-        if (why != nullptr)
-          *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
-        return Outcome::vanished;
-      }
-    }
-    take_cgroups(dir, at("cgroup"), &task, p);
-    if (options.read_fds) take_fds(pfd, p);
-    if (env_wanted(p) && read_into(dir, at("environ"), true) == 0) p.env = parse_environ(text, options.env_keys);
-    return Outcome::ok;
+    // read now, best effort as in read(); but gone is the process gone.
+    const bool cmdline = cmdline_at == 0 || task.start_ticks >= cmdline_at;
+    return take_args(dir, at, pid, task, cmdline, env_wanted(p), pfd < 0, p, why);
   }
 };
 

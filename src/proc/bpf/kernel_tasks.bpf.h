@@ -71,6 +71,23 @@ static __always_inline __u64 read_css_set(struct task_struct *task)
 	return (__u64)(unsigned long)cset;
 }
 
+/* Its argument and environment areas (mm->arg_start .. env_end). Returns 1
+ * when all four were read; 0 without an mm (a kernel thread, a zombie) or
+ * when a read fails, and the reader opens /proc/PID/cmdline and environ. */
+static __always_inline __u32 read_areas(struct gpureap_task_record *r, struct task_struct *task)
+{
+	struct mm_struct *mm = 0;
+	int failed = 0;
+
+	if (bpf_core_read(&mm, sizeof(mm), &task->mm) || !mm)
+		return 0;
+	failed |= bpf_core_read(&r->arg_start, sizeof(r->arg_start), &mm->arg_start);
+	failed |= bpf_core_read(&r->arg_end, sizeof(r->arg_end), &mm->arg_end);
+	failed |= bpf_core_read(&r->env_start, sizeof(r->env_start), &mm->env_start);
+	failed |= bpf_core_read(&r->env_end, sizeof(r->env_end), &mm->env_end);
+	return failed ? 0 : 1;
+}
+
 /* The task record of a thread-group leader. */
 static __always_inline void write_task_record(struct seq_file *seq, struct task_struct *task)
 {
@@ -92,6 +109,7 @@ static __always_inline void write_task_record(struct seq_file *seq, struct task_
 	}
 	r.stat_ok = read_stat(&r, task);
 	r.css_set = read_css_set(task);
+	r.areas_ok = read_areas(&r, task);
 	if (bpf_core_read(&pid, sizeof(pid), &task->thread_pid) == 0 && pid &&
 	    bpf_core_read(&level, sizeof(level), &pid->level) == 0) {
 		r.level = level;

@@ -38,6 +38,15 @@ struct cred {
 
 struct css_set;
 
+/* Where argv and the initial environment lie in the process's memory: what
+ * /proc/PID/cmdline and environ read (fs/proc/base.c). */
+struct mm_struct {
+	unsigned long arg_start;
+	unsigned long arg_end;
+	unsigned long env_start;
+	unsigned long env_end;
+};
+
 struct signal_struct {
 	struct pid *pids[4]; /* indexed by enum pid_type */
 };
@@ -67,6 +76,7 @@ struct task_struct {
 	struct css_set *cgroups;
 	struct files_struct *files;
 	struct task_struct *group_leader;
+	struct mm_struct *mm;
 };
 
 /* The flavour CO-RE matches on kernels before 5.14 (the suffix after ___ is ignored). */

@@ -109,12 +109,19 @@ struct gpureap_task_record {
 	__u32 state;    /* __state (state before 5.14) */
 	__u32 exit_state;
 	char comm[16];
-	__u32 unused;
+	__u32 areas_ok; /* 1 when the four areas below were read (the task has an mm) */
 	/* task->cgroups: its css_set, the one object for a combination of
 	 * cgroups on every hierarchy (v1 and v2): live tasks that share it have
 	 * the same /proc/PID/cgroup (an exiting one shows "/" on v1). Only
 	 * compared, never printed (a kernel address); 0 when unreadable. */
 	__u64 css_set;
+	/* mm->arg_start .. arg_end and env_start .. env_end: where argv and the
+	 * initial environment lie in its memory, so the reader copies both with
+	 * one process_vm_readv instead of opening /proc/PID/cmdline and environ. */
+	__u64 arg_start;
+	__u64 arg_end;
+	__u64 env_start;
+	__u64 env_end;
 };
 
 #endif

@@ -4,6 +4,8 @@
 #include "proc/scan.hpp"
 
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -27,6 +29,7 @@
 #include "fixtures.hpp"
 #include "proc/kernel_fds.hpp"
 #include "proc/parse.hpp"
+#include "proc/process_memory.hpp"
 #include "test_support.hpp"
 
 namespace gpureap::proc {
@@ -696,6 +699,30 @@ std::optional<StatInfo> proc_stat(pid_t pid) {
   return parse_stat(text);
 }
 
+// Stat's fields 48-51 (arg_start, arg_end, env_start, env_end), read with
+// plain syscalls and no allocation: forked children call it too.
+std::optional<MemoryAreas> stat_areas(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char text[2048];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  text[n] = '\0';
+  const char* p = std::strrchr(text, ')');
+  if (p == nullptr) return std::nullopt;
+  std::uint64_t field[52] = {};
+  for (int i = 3; i <= 51; ++i) {  // field 3 is the state letter
+    while (*p != '\0' && *p != ' ') ++p;
+    while (*p == ' ') ++p;
+    if (*p == '\0') return std::nullopt;
+    field[i] = std::strtoull(p, nullptr, 10);
+  }
+  return MemoryAreas{field[48], field[49], field[50], field[51]};
+}
+
 TEST(KernelFds, TaskIteratorGivesWhatStatGives) {
   // Processes whose stat cannot change while the test looks: a session
   // leader, a group leader, a stopped one with a comm that has spaces and
@@ -758,6 +785,158 @@ TEST(KernelFds, TaskIteratorGivesWhatStatGives) {
   EXPECT_EQ(k->find_task(stopped.pid())->stat->comm, "a (b) c)");
   EXPECT_EQ(k->find_task(zombie.pid())->stat->state, 'Z');
   EXPECT_EQ(k->find_task(zombie.pid())->stat->ppid, ::getpid());
+  // Where argv and the environment lie: stat's fields 48-51.
+  for (pid_t pid : {leader.pid(), group.pid(), stopped.pid(), ::getpid()}) {
+    const auto want = stat_areas(pid);
+    ASSERT_TRUE(want.has_value()) << pid;
+    EXPECT_GT(want->arg_end, want->arg_start) << pid;
+    EXPECT_EQ(k->find_task(pid)->areas, want) << pid;
+  }
+  EXPECT_FALSE(k->find_task(zombie.pid())->areas.has_value());  // no memory left
+  if (kthread != 0) {
+    EXPECT_FALSE(k->find_task(kthread)->areas.has_value());
+  }
+}
+
+namespace {
+
+// Reads the file whole (cmdline, environ), "" when it cannot.
+std::string proc_file(pid_t pid, const char* name) {
+  auto text = slash().read_file("proc/" + std::to_string(pid) + "/" + name);
+  return text ? *text : std::string();
+}
+
+// A child that holds `dev` and has its own argv and environment (exec'd bash).
+Child spawn_holder_with_env(Pipes& pipes, const std::string& dev, const char* marker) {
+  return spawn_ready(pipes, [&] {
+    const std::string redirect = "exec 7<" + dev + "; printf r >&100; read -r x <&101";
+    const char* env[] = {"CUDA_VISIBLE_DEVICES=3", "LOCAL_RANK=1", "PATH=/usr/bin:/bin", nullptr};
+    ::execle("/bin/bash", "bash", "-c", redirect.c_str(), marker, static_cast<char*>(nullptr), env);
+    ::_exit(127);
+  });
+}
+
+// A forked child that holds `dev` and rewrites its argument area as
+// setproctitle(3) does: the last byte is no longer the terminating NUL, and
+// /proc/PID/cmdline then reads on into the environment.
+Child spawn_retitled_holder(Pipes& pipes, const std::string& dev) {
+  return spawn_ready(pipes, [&] {
+    ::open(dev.c_str(), O_RDONLY);
+    auto a = stat_areas(::getpid());
+    if (!a || a->arg_end <= a->arg_start) ::_exit(1);
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): our own argument area
+    std::memset(reinterpret_cast<char*>(a->arg_start), 'x', a->arg_end - a->arg_start);
+  });
+}
+
+}  // namespace
+
+TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  struct stat dev_st {};
+  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  Pipes p1, p2;
+  Child holder = spawn_holder_with_env(p1, dev, "marker-env");
+  Child retitled = spawn_retitled_holder(p2, dev);
+  ASSERT_TRUE(holder.started() && retitled.started());
+  after_this_clock_tick();
+
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  auto root = slash();
+  // The copy itself: the two files' bytes, one after the other.
+  auto k = read_kernel_fds(root, m);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  ASSERT_NE(k->find_task(holder.pid()), nullptr);
+  ASSERT_TRUE(k->find_task(holder.pid())->areas.has_value());
+  std::string copied;
+  EXPECT_EQ(copy_areas(holder.pid(), *k->find_task(holder.pid())->areas, true, true, copied),
+            AreaCopy::copied);
+  EXPECT_EQ(copied, proc_file(holder.pid(), "cmdline") + proc_file(holder.pid(), "environ"));
+  EXPECT_EQ(copy_areas(holder.pid(), *k->find_task(holder.pid())->areas, false, true, copied),
+            AreaCopy::copied);
+  EXPECT_EQ(copied, proc_file(holder.pid(), "environ"));
+  MemoryAreas unmapped{4096, 8192, 8192, 8192};  // the first pages are never mapped
+  EXPECT_EQ(copy_areas(holder.pid(), unmapped, true, true, copied), AreaCopy::unavailable);
+  EXPECT_EQ(copy_areas(holder.pid(), MemoryAreas{8192, 4096, 0, 0}, true, true, copied),
+            AreaCopy::unavailable);
+
+  // The retitled one's file is not its argument area cut into strings.
+  const auto retitled_areas = stat_areas(retitled.pid());
+  ASSERT_TRUE(retitled_areas.has_value());
+  const std::vector<std::string> retitled_cmdline = parse_cmdline(proc_file(retitled.pid(), "cmdline"));
+  EXPECT_NE(retitled_cmdline,
+            (std::vector<std::string>{std::string(retitled_areas->arg_end - retitled_areas->arg_start, 'x')}));
+
+  ScanOptions opts;
+  opts.devices = &m;
+  opts.fd_source = FdSource::kernel;
+  opts.env_keys = {"CUDA_VISIBLE_DEVICES", "LOCAL_RANK"};
+  const std::vector<std::pair<std::string, std::string>> want_env = {{"CUDA_VISIBLE_DEVICES", "3"},
+                                                                     {"LOCAL_RANK", "1"}};
+  for (unsigned threads : {1u, 4u}) {
+    opts.threads = threads;
+    auto t = scan_processes(root, opts);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    const Process* h = find(*t, holder.pid());
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->cmdline, (std::vector<std::string>{"bash", "-c",
+                                                    "exec 7<" + dev + "; printf r >&100; read -r x <&101",
+                                                    "marker-env"}));
+    EXPECT_EQ(h->env, want_env) << threads;
+    const Process* r = find(*t, retitled.pid());
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->cmdline, retitled_cmdline) << threads;
+  }
+
+  // Where process_vm_readv is refused (seccomp here; a security module or
+  // the ptrace policy on a node), the files answer the same.
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(out[0]);
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+      ::_exit(2);
+    }
+    std::string report;
+    std::string scratch;
+    const auto* task = k->find_task(holder.pid());
+    report += copy_areas(holder.pid(), *task->areas, true, true, scratch) == AreaCopy::refused ? "refused" : "not refused";
+    opts.threads = 1;
+    auto t = scan_processes(root, opts);
+    const Process* h = t ? find(*t, holder.pid()) : nullptr;
+    const Process* r = t ? find(*t, retitled.pid()) : nullptr;
+    if (h != nullptr && r != nullptr) {
+      for (const auto& a : h->cmdline) report += "\n" + a;
+      for (const auto& [key, value] : h->env) report += "\n" + key + "=" + value;
+      for (const auto& a : r->cmdline) report += "\n" + a;
+    }
+    (void)!::write(out[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  ASSERT_GT(pid, 0);
+  Child scanner(pid);
+  std::string report;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  std::string want = "refused\nbash\n-c\nexec 7<" + dev + "; printf r >&100; read -r x <&101\nmarker-env" +
+                     "\nCUDA_VISIBLE_DEVICES=3\nLOCAL_RANK=1";
+  for (const auto& a : retitled_cmdline) want += "\n" + a;
+  EXPECT_EQ(report, want);
 }
 
 // The process's own /proc/PID/cgroup, parsed as the scan parses it; empty once it is gone.
