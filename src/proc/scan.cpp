@@ -649,7 +649,10 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
     }
   }
   spare.stop();
-  if (listing.listed.load() == 0) listing.list_err = listing.list();  // no thread listed it
+  // No thread listed /proc: list it now. The iterator's leaders are no
+  // substitute: on 6.18 the task iterator never showed PID 1 of the initial
+  // PID namespace (measured with a bare bpftool-pinned iter/task program).
+  if (listing.listed.load() == 0) listing.list_err = listing.list();
   if (listing.list_err != 0) return sys::errno_error(listing.list_err, "list " + root.join("proc"));
   const std::vector<pid_t>& pids = listing.pids;
 
