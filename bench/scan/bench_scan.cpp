@@ -1,7 +1,8 @@
 // bench_scan: one process scan as a tiny CLI, so the harness can measure its
 // wall time and max RSS exactly as it measures fuser and lsof (fork, exec, wait4).
 //   bench_scan [--threads N] [--root DIR] [--no-majors] [--no-fds] [--repeat N]
-//              [--fd-source auto|bpf|procfs] [--phases] DEVICE_FILE...
+//              [--fd-source auto|bpf|procfs] [--reads direct|probe] [--phases] DEVICE_FILE...
+// --reads probe: the table walk's build that reads inodes with bpf_probe_read_kernel.
 // --no-fds and no DEVICE_FILE split the cost: files only / fd listing without readlink.
 // --phases: first the BPF descriptor pass alone, twice on N threads (loaded and
 // walked, then walked again by the kept programs), printed as load_walk_ms and walk_ms.
@@ -48,6 +49,7 @@ int main(int argc, char** argv) try {
   bool phases = false;
   unsigned repeat = 1;
   proc::FdSource fd_source = proc::FdSource::automatic;
+  proc::KernelReads reads = proc::KernelReads::direct;
   proc::DeviceMatcher matcher;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -64,6 +66,8 @@ int main(int argc, char** argv) try {
     } else if (a == "--fd-source" && i + 1 < argc) {
       std::string_view v = argv[++i];
       fd_source = v == "bpf" ? proc::FdSource::kernel : v == "procfs" ? proc::FdSource::procfs : proc::FdSource::automatic;
+    } else if (a == "--reads" && i + 1 < argc) {
+      reads = std::string_view(argv[++i]) == "probe" ? proc::KernelReads::probe : proc::KernelReads::direct;
     } else if (a == "--repeat" && i + 1 < argc) {
       repeat = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
@@ -88,13 +92,14 @@ int main(int argc, char** argv) try {
   opts.threads = threads;
   opts.read_fds = read_fds;
   opts.fd_source = fd_source;
+  opts.kernel_reads = reads;
   char phase_text[96] = "";
   if (phases) {
     proc::KernelPrograms keep;
     double ms[2] = {0, 0};
     for (double& m : ms) {
       auto t0 = std::chrono::steady_clock::now();
-      auto k = proc::read_kernel_fds(*root, matcher, &keep, std::max(1u, threads));
+      auto k = proc::read_kernel_fds(*root, matcher, &keep, std::max(1u, threads), {}, reads);
       m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!k) {
         (void)std::fprintf(stderr, "bench_scan: %s\n", k.error().message.c_str());

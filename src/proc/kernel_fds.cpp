@@ -173,7 +173,7 @@ struct Started {
   std::string fallback;  // empty when the light skeleton answered
 };
 
-sys::Result<Started> start_scan(const WalkMatch& walk) {
+sys::Result<Started> start_scan(const WalkMatch& walk, KernelReads reads) {
   // Every skeleton resolves CO-RE relocations against the kernel's BTF: the
   // light one in the kernel, libbpf from this file. No file, no BTF.
   struct stat btf {};
@@ -184,20 +184,24 @@ sys::Result<Started> start_scan(const WalkMatch& walk) {
     const char* name;   // for scan.fds_loader
     const char* label;  // for the note
     LoadFn load;
-    bool walks;  // loads the table walk
+    bool walks;   // loads the table walk
+    bool direct;  // its direct-reads build
   };
   const Loader loaders[] = {
-      {"light_skeleton", "light skeleton", gpureap_load_scan_light, true},
-      {"libbpf_skeleton", "libbpf skeleton", gpureap_load_scan_libbpf, true},
+      {"light_skeleton", "light skeleton, direct reads", gpureap_load_scan_light_direct, true,
+       true},
+      {"light_skeleton", "light skeleton", gpureap_load_scan_light, true, false},
+      {"libbpf_skeleton", "libbpf skeleton", gpureap_load_scan_libbpf, true, false},
       {"libbpf_task_file", "libbpf task_file",
        [](const gpureap_scan_match*, gpureap_scan_progs* out, char* why, std::size_t why_len) {
          return gpureap_load_scan_compat(out, why, why_len);
        },
-       false}};
+       false, false}};
   std::string why = walk.gap;
   int last_err = 0;
   for (const auto& loader : loaders) {
     if (loader.walks && !walk.gap.empty()) continue;
+    if (loader.direct && reads != KernelReads::direct) continue;
     auto progs = load_with(loader.load, walk.match);
     if (progs) {
       auto iter = start_iterator(progs->first(), "BPF descriptor iterator");
@@ -670,7 +674,7 @@ KernelPrograms& KernelPrograms::operator=(KernelPrograms&&) noexcept = default;
 
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
                                            KernelPrograms* keep, unsigned shards,
-                                           const std::function<void()>& loaded) {
+                                           const std::function<void()>& loaded, KernelReads reads) {
   if (auto gap = kernel_match_gap(devices); !gap.empty()) return sys::Error{EINVAL, gap};
   // The iterator walks the reader's own PID namespace: only from the initial
   // one does it see the node (a container's prestop or observe never does).
@@ -700,7 +704,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
     }
   }
   if (!started) {
-    auto fresh = start_scan(walk);
+    auto fresh = start_scan(walk, reads);
     if (!fresh) return fresh.error();
     if (keep != nullptr) {
       // Nothing kept where the copies fail: the next scan loads afresh.

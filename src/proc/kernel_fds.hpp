@@ -36,6 +36,7 @@
 #include "proc/device_matcher.hpp"
 #include "proc/parse.hpp"
 #include "proc/process.hpp"
+#include "proc/scan.hpp"
 #include "sys/error.hpp"
 #include "sys/host_root.hpp"
 #include "sys/unique_fd.hpp"
@@ -175,8 +176,10 @@ struct KernelPrograms {
 // walking the descriptor tables of its share of the processes.
 // `loaded`: called once the programs are loaded, before the walk starts (the
 // scan stops the threads that worked meanwhile: the walk's take the cores).
+// `reads`: for programs loaded by this call (kept ones stay as they loaded).
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
                                            KernelPrograms* keep = nullptr, unsigned shards = 1,
-                                           const std::function<void()>& loaded = {});
+                                           const std::function<void()>& loaded = {},
+                                           KernelReads reads = KernelReads::direct);
 
 }  // namespace gpureap::proc

@@ -638,7 +638,7 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
     const DeviceMatcher no_devices;
     auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices,
                              options.kernel_programs, std::max(1u, options.threads),
-                             [&spare] { spare.stop(); });
+                             [&spare] { spare.stop(); }, options.kernel_reads);
     if (k) {
       kernel = std::move(k.value());
       fds_note = std::move(kernel->loader_note);

@@ -20,6 +20,12 @@ namespace gpureap::proc {
 // error; procfs: one readlinkat per descriptor under /proc/<pid>/fd.
 enum class FdSource { automatic, kernel, procfs };
 
+// How the BPF table walk's candidate test reads a file's inode. direct:
+// plain loads through bpf_rdonly_cast where the kernel has it (6.2+), else
+// as probe does: a bpf_probe_read_kernel call per member, which every
+// kernel with iterators allows.
+enum class KernelReads { direct, probe };
+
 struct KernelPrograms;  // kernel_fds.hpp
 
 struct ScanOptions {
@@ -35,6 +41,7 @@ struct ScanOptions {
   // Where the kernel iterator's programs are kept between scans (the
   // exporter's); nullptr: loaded for each scan.
   KernelPrograms* kernel_programs = nullptr;
+  KernelReads kernel_reads = KernelReads::direct;
 };
 
 struct ScanStats {

@@ -17,6 +17,23 @@
 /* bpf_seq_write is GPL-only, like every iterator helper. */
 char LICENSE[] SEC("license") = "GPL";
 
+/* How the candidate test reads a file's inode, the walk's hot path (3 to 6
+ * members per descriptor). Built twice (src/proc/CMakeLists.txt):
+ * GPUREAP_DIRECT_READS loads them through an untrusted BTF pointer made by
+ * the bpf_rdonly_cast kfunc (Linux 6.2+), plain loads the JIT guards with an
+ * exception table; without it each member is a bpf_probe_read_kernel call,
+ * which every kernel with iterators loads. KERNEL_PTR(type, addr) makes the
+ * pointer, READ_MEMBER(dst, ptr, member) reads one member (0: read). */
+#ifdef GPUREAP_DIRECT_READS
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#define KERNEL_PTR(type, addr) \
+	((struct type *)bpf_rdonly_cast((void *)(unsigned long)(addr), bpf_core_type_id_kernel(struct type)))
+#define READ_MEMBER(dst, ptr, member) ((dst) = (ptr)->member, 0)
+#else
+#define KERNEL_PTR(type, addr) ((struct type *)(unsigned long)(addr))
+#define READ_MEMBER(dst, ptr, member) bpf_core_read(&(dst), sizeof(dst), &(ptr)->member)
+#endif
+
 /* The regular files the reader names by inode number (read-only data, set
  * before load: the simulated GPU's device files; none on a real node). */
 const volatile __u32 gpureap_match_inode_count = 0;
@@ -67,14 +84,16 @@ static __always_inline __u32 popcount64(__u64 x)
  * program's ~4 ms). */
 __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 {
+	struct file *f;
 	struct inode *inode = 0;
 	__u16 mode = 0;
 
 	if (!r || !file)
 		return 0;
-	if (bpf_core_read(&inode, sizeof(inode), &((struct file *)file)->f_inode) || !inode)
+	f = KERNEL_PTR(file, file);
+	if (READ_MEMBER(inode, f, f_inode) || !inode)
 		return 0;
-	if (bpf_core_read(&mode, sizeof(mode), &inode->i_mode))
+	if (READ_MEMBER(mode, inode, i_mode))
 		return 0;
 	r->mode = mode;
 	r->rdev = 0;
@@ -83,7 +102,7 @@ __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 	if ((mode & 0170000) == 0020000) { /* S_ISCHR */
 		__u32 rdev = 0;
 
-		if (bpf_core_read(&rdev, sizeof(rdev), &inode->i_rdev) ||
+		if (READ_MEMBER(rdev, inode, i_rdev) ||
 		    gpureap_never_a_gpu(rdev >> 20, rdev & 0xfffff))
 			return 0;
 		r->rdev = rdev;
@@ -95,7 +114,7 @@ __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 		__u32 dev = 0;
 		int named = 0;
 
-		if (bpf_core_read(&ino, sizeof(ino), &inode->i_ino))
+		if (READ_MEMBER(ino, inode, i_ino))
 			return 0;
 #pragma unroll
 		for (__u32 i = 0; i < GPUREAP_MAX_MATCH_INODES; i++) {
@@ -104,8 +123,7 @@ __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 		}
 		if (!named)
 			return 0;
-		if (bpf_core_read(&sb, sizeof(sb), &inode->i_sb) || !sb ||
-		    bpf_core_read(&dev, sizeof(dev), &sb->s_dev))
+		if (READ_MEMBER(sb, inode, i_sb) || !sb || READ_MEMBER(dev, sb, s_dev))
 			return 0;
 		r->dev = dev;
 		r->ino = ino;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "kernel_scan.lskel.h"
+#include "kernel_scan_direct.lskel.h"
 #include "kernel_scan.skel.h"
 #include "kernel_scan_compat.skel.h"
 
@@ -54,27 +55,40 @@ static int kept(struct gpureap_scan_progs *out, int a, int b, int err, char *why
 			(rodata)->gpureap_match_inodes[i_] = (match)->inodes[i_]; \
 	} while (0)
 
+/* The light skeleton `prefix` (gpureap_kernel_scan_lskel or its direct-reads
+ * build): opened, matched, loaded, its descriptors kept. */
+#define LOAD_LIGHT(prefix, match, out, why, why_len)                                          \
+	do {                                                                                  \
+		struct prefix *skel_ = prefix##__open();                                      \
+		int err_;                                                                     \
+		if (!skel_)                                                                   \
+			return fail(errno, why, why_len, "open");                             \
+		SET_MATCH(skel_->rodata, match);                                              \
+		err_ = prefix##__load(skel_);                                                 \
+		if (err_) {                                                                   \
+			err_ = fail(err_, why, why_len,                                       \
+				    "the kernel's loader program (Linux 5.14+; CO-RE in the " \
+				    "kernel 5.17+)");                                         \
+			prefix##__destroy(skel_);                                             \
+			return err_;                                                          \
+		}                                                                             \
+		(out)->scan_prog = keep_fd(skel_->progs.gpureap_scan.prog_fd);                \
+		(out)->data_map = keep_fd(skel_->maps.data.map_fd);                           \
+		err_ = errno;                                                                 \
+		prefix##__destroy(skel_);                                                     \
+		return kept(out, (out)->scan_prog, (out)->data_map, err_, why, why_len);      \
+	} while (0)
+
 int gpureap_load_scan_light(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
 			    char *why, size_t why_len)
 {
-	struct gpureap_kernel_scan_lskel *skel = gpureap_kernel_scan_lskel__open();
-	int err;
+	LOAD_LIGHT(gpureap_kernel_scan_lskel, match, out, why, why_len);
+}
 
-	if (!skel)
-		return fail(errno, why, why_len, "open");
-	SET_MATCH(skel->rodata, match);
-	err = gpureap_kernel_scan_lskel__load(skel);
-	if (err) {
-		err = fail(err, why, why_len,
-			   "the kernel's loader program (Linux 5.14+; CO-RE in the kernel 5.17+)");
-		gpureap_kernel_scan_lskel__destroy(skel);
-		return err;
-	}
-	out->scan_prog = keep_fd(skel->progs.gpureap_scan.prog_fd);
-	out->data_map = keep_fd(skel->maps.data.map_fd);
-	err = errno;
-	gpureap_kernel_scan_lskel__destroy(skel);
-	return kept(out, out->scan_prog, out->data_map, err, why, why_len);
+int gpureap_load_scan_light_direct(const struct gpureap_scan_match *match,
+				   struct gpureap_scan_progs *out, char *why, size_t why_len)
+{
+	LOAD_LIGHT(gpureap_kernel_scan_direct_lskel, match, out, why, why_len);
 }
 
 /* libbpf prints to stderr by default; its errors come back as return codes
@@ -159,12 +173,13 @@ int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t w
 int gpureap_scan_set_data(int data_map, int walk, unsigned shards, const unsigned *readers,
 			  char *why, size_t why_len)
 {
-	/* The light and the regular skeleton lay .data out alike: one section. */
+	/* The light skeletons and the regular one lay .data out alike: one section. */
 	struct gpureap_kernel_scan_lskel__data data;
 	const unsigned key = 0;
 	const unsigned max_shards = sizeof(data.gpureap_shard_readers) / sizeof(data.gpureap_shard_readers[0]);
 
-	_Static_assert(sizeof(data) == sizeof(*((struct gpureap_kernel_scan *)0)->data),
+	_Static_assert(sizeof(data) == sizeof(*((struct gpureap_kernel_scan *)0)->data) &&
+			       sizeof(data) == sizeof(struct gpureap_kernel_scan_direct_lskel__data),
 		       "one .data layout");
 	if (shards > max_shards || (shards > 1 && !readers))
 		return fail(EINVAL, why, why_len, "share the BPF scan's table walk");

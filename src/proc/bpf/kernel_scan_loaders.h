@@ -35,6 +35,13 @@ struct gpureap_scan_match {
 int gpureap_load_scan_light(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
 			    char *why, size_t why_len);
 
+/* The light skeleton of the direct-reads build (kernel_scan.bpf.c with
+ * GPUREAP_DIRECT_READS): the candidate test reads inodes with plain loads
+ * through bpf_rdonly_cast (a kfunc, Linux 6.2+), not a helper call per
+ * member. Same contract; a kernel without the kfunc refuses it. */
+int gpureap_load_scan_light_direct(const struct gpureap_scan_match *match,
+				   struct gpureap_scan_progs *out, char *why, size_t why_len);
+
 /* The regular skeleton through libbpf (linked statically): libbpf reads
  * /sys/kernel/btf/vmlinux and relocates here. Same contract. */
 int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,

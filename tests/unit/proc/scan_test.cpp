@@ -380,17 +380,29 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   ASSERT_TRUE(k.ok()) << k.error().message;
   auto w = scan_processes(root, procfs_opts);
   ASSERT_TRUE(w.ok()) << w.error().message;
+  // The walk's other build: each inode member through bpf_probe_read_kernel.
+  ScanOptions probe_opts = kernel_opts;
+  probe_opts.kernel_reads = KernelReads::probe;
+  auto pr = scan_processes(root, probe_opts);
+  ASSERT_TRUE(pr.ok()) << pr.error().message;
   EXPECT_EQ(k->stats.fds_from, "bpf");
   EXPECT_EQ(w->stats.fds_from, "procfs");
+  EXPECT_EQ(pr->stats.fds_from, "bpf");
+  EXPECT_EQ(pr->stats.fds_loader, k->stats.fds_loader);
 
   for (const Child* c : children) {
     const Process* a = find(*k, c->pid());
     const Process* b = find(*w, c->pid());
+    const Process* p = find(*pr, c->pid());
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
+    ASSERT_NE(p, nullptr);
     EXPECT_EQ(a->fd_count, b->fd_count) << c->pid();
     EXPECT_EQ(a->fds_readable, b->fds_readable) << c->pid();
     EXPECT_EQ(a->gpu_fds, b->gpu_fds) << c->pid();
+    EXPECT_EQ(p->fd_count, a->fd_count) << c->pid();
+    EXPECT_EQ(p->gpu_fds, a->gpu_fds) << c->pid();
+    EXPECT_EQ(p->gpu_files, a->gpu_files) << c->pid();
   }
   EXPECT_EQ(find(*k, by_file.pid())->gpu_fds, (std::vector<DeviceUse>{{"nvidia0", 7}}));
   EXPECT_EQ(find(*k, by_rdev.pid())->gpu_fds,
