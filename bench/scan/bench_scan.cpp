@@ -67,7 +67,8 @@ int main(int argc, char** argv) try {
       std::string_view v = argv[++i];
       fd_source = v == "bpf" ? proc::FdSource::kernel : v == "procfs" ? proc::FdSource::procfs : proc::FdSource::automatic;
     } else if (a == "--reads" && i + 1 < argc) {
-      reads = std::string_view(argv[++i]) == "probe" ? proc::KernelReads::probe : proc::KernelReads::direct;
+      reads = std::string_view(argv[++i]) == "probe" ? proc::KernelReads::probe
+                                                     : proc::KernelReads::direct;
     } else if (a == "--repeat" && i + 1 < argc) {
       repeat = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {

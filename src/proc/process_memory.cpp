@@ -11,7 +11,8 @@ AreaCopy copy_areas(pid_t pid, const MemoryAreas& areas, bool args, bool env, st
   // Past this the files are read instead (they have no limit of their own).
   constexpr std::uint64_t kMaxArea = std::uint64_t{8} << 20;
   out.clear();
-  if (areas.arg_end < areas.arg_start || areas.env_end < areas.env_start) return AreaCopy::unavailable;
+  if (areas.arg_end < areas.arg_start || areas.env_end < areas.env_start)
+    return AreaCopy::unavailable;
   const std::uint64_t arg_len = args ? areas.arg_end - areas.arg_start : 0;
   const std::uint64_t env_len = env ? areas.env_end - areas.env_start : 0;
   if (arg_len > kMaxArea || env_len > kMaxArea) return AreaCopy::unavailable;

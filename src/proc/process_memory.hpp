@@ -12,8 +12,8 @@
 namespace gpureap::proc {
 
 enum class AreaCopy {
-  copied,       // `out` holds what was asked
-  refused,      // EPERM or ENOSYS: ptrace policy, a security module, seccomp
+  copied,   // `out` holds what was asked
+  refused,  // EPERM or ENOSYS: ptrace policy, a security module, seccomp
   // No memory now (ESRCH: exited, or a zombie since), a part unmapped,
   // implausible areas: the files tell which.
   unavailable,

@@ -163,9 +163,8 @@ struct Reader {
   // argv and, when asked, the environment of a process the task iterator
   // described. Outcome::vanished when it is gone; the rest best effort.
   template <class PathOf>
-  Outcome take_args(int dir, const PathOf& at, pid_t pid,
-                    const KernelTask& task, bool cmdline, bool env, bool by_path, Process& p,
-                    std::string* why) {
+  Outcome take_args(int dir, const PathOf& at, pid_t pid, const KernelTask& task, bool cmdline,
+                    bool env, bool by_path, Process& p, std::string* why) {
     if (task.areas && (cmdline || env) && !memory_reads_refused) {
       const AreaCopy c = copy_areas(pid, *task.areas, cmdline, env, text);
       memory_reads_refused = c == AreaCopy::refused;
@@ -188,11 +187,13 @@ struct Reader {
       if (int err = read_into(dir, at("cmdline"), true); err == 0) {
         p.cmdline = parse_cmdline(text);
       } else if (by_path && classify_errno(err) == Outcome::vanished) {
-        if (why != nullptr) *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
+        if (why != nullptr)
+          *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
         return Outcome::vanished;
       }
     }
-    if (env && read_into(dir, at("environ"), true) == 0) p.env = parse_environ(text, options.env_keys);
+    if (env && read_into(dir, at("environ"), true) == 0)
+      p.env = parse_environ(text, options.env_keys);
     return Outcome::ok;
   }
 
@@ -636,9 +637,9 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   }
   if (from_kernel) {
     const DeviceMatcher no_devices;
-    auto k = read_kernel_fds(root, options.devices != nullptr ? *options.devices : no_devices,
-                             options.kernel_programs, std::max(1u, options.threads),
-                             [&spare] { spare.stop(); }, options.kernel_reads);
+    auto k = read_kernel_fds(
+        root, options.devices != nullptr ? *options.devices : no_devices, options.kernel_programs,
+        std::max(1u, options.threads), [&spare] { spare.stop(); }, options.kernel_reads);
     if (k) {
       kernel = std::move(k.value());
       fds_note = std::move(kernel->loader_note);

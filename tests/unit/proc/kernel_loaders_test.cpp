@@ -228,8 +228,9 @@ TEST_F(KernelLoaders, WithoutIteratorSupportTheScanWalksProcAndTheNoteNamesEachL
                             "Invalid argument"),
             std::string::npos)
       << o.fds_note;
-  EXPECT_NE(o.fds_note.find("; light skeleton: attach the BPF descriptor iterator: Invalid argument"),
-            std::string::npos)
+  EXPECT_NE(
+      o.fds_note.find("; light skeleton: attach the BPF descriptor iterator: Invalid argument"),
+      std::string::npos)
       << o.fds_note;
   EXPECT_NE(
       o.fds_note.find("libbpf skeleton: attach the BPF descriptor iterator: Invalid argument"),

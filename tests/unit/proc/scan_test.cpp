@@ -879,9 +879,10 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   // The retitled one's file is not its argument area cut into strings.
   const auto retitled_areas = stat_areas(retitled.pid());
   ASSERT_TRUE(retitled_areas.has_value());
-  const std::vector<std::string> retitled_cmdline = parse_cmdline(proc_file(retitled.pid(), "cmdline"));
-  EXPECT_NE(retitled_cmdline,
-            (std::vector<std::string>{std::string(retitled_areas->arg_end - retitled_areas->arg_start, 'x')}));
+  const std::vector<std::string> retitled_cmdline =
+      parse_cmdline(proc_file(retitled.pid(), "cmdline"));
+  EXPECT_NE(retitled_cmdline, (std::vector<std::string>{std::string(
+                                  retitled_areas->arg_end - retitled_areas->arg_start, 'x')}));
 
   ScanOptions opts;
   opts.devices = &m;
@@ -895,9 +896,9 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
     ASSERT_TRUE(t.ok()) << t.error().message;
     const Process* h = find(*t, holder.pid());
     ASSERT_NE(h, nullptr);
-    EXPECT_EQ(h->cmdline, (std::vector<std::string>{"bash", "-c",
-                                                    "exec 7<" + dev + "; printf r >&100; read -r x <&101",
-                                                    "marker-env"}));
+    EXPECT_EQ(h->cmdline, (std::vector<std::string>{
+                              "bash", "-c", "exec 7<" + dev + "; printf r >&100; read -r x <&101",
+                              "marker-env"}));
     EXPECT_EQ(h->env, want_env) << threads;
     const Process* r = find(*t, retitled.pid());
     ASSERT_NE(r, nullptr);
@@ -925,7 +926,9 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
     std::string report;
     std::string scratch;
     const auto* task = k->find_task(holder.pid());
-    report += copy_areas(holder.pid(), *task->areas, true, true, scratch) == AreaCopy::refused ? "refused" : "not refused";
+    report += copy_areas(holder.pid(), *task->areas, true, true, scratch) == AreaCopy::refused
+                  ? "refused"
+                  : "not refused";
     opts.threads = 1;
     auto t = scan_processes(root, opts);
     const Process* h = t ? find(*t, holder.pid()) : nullptr;
@@ -943,9 +946,11 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   Child scanner(pid);
   std::string report;
   char buf[4096];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
+    report.append(buf, static_cast<std::size_t>(n));
   ::close(out[0]);
-  std::string want = "refused\nbash\n-c\nexec 7<" + dev + "; printf r >&100; read -r x <&101\nmarker-env" +
+  std::string want = "refused\nbash\n-c\nexec 7<" + dev +
+                     "; printf r >&100; read -r x <&101\nmarker-env" +
                      "\nCUDA_VISIBLE_DEVICES=3\nLOCAL_RANK=1";
   for (const auto& a : retitled_cmdline) want += "\n" + a;
   EXPECT_EQ(report, want);
