@@ -765,6 +765,26 @@ TEST(Report, StreamedJsonIsTheSameDocumentAsTheTree) {
   EXPECT_TRUE(doc["processes"].is_array() && doc["processes"].empty());
   EXPECT_EQ(doc, gpureap::report::trace_json(empty, {}));
 
+  // A document of many 64 KiB pieces (2,000 holders, one line over 64 KiB among
+  // them) is the tree too, cut nowhere it should not be.
+  Builder many;
+  many.device(0, 2048 * kMiB, 615 * kMiB);
+  for (pid_t pid = 1000; pid < 3000; ++pid) {
+    auto holder = process(pid, 1, "python3");
+    holder.cmdline = {"python3", "serve.py", std::string(pid == 2000 ? 70000 : 40, 'a')};
+    holder.gpu_fds = {{"nvidia0", 2}};
+    many.add(holder);
+  }
+  auto big = many.build();
+  const auto big_found = gpureap::findings::detect_all(big);
+  mem = ::open_memstream(&buf, &len);
+  ASSERT_TRUE(gpureap::report::write_trace_json(mem, big, big_found));
+  std::fclose(mem);
+  const std::string big_text(buf, len);
+  std::free(buf);
+  EXPECT_GT(big_text.size(), 20U * 64 * 1024);
+  EXPECT_EQ(nlohmann::json::parse(big_text), gpureap::report::trace_json(big, big_found));
+
   // A stream that fails its writes (/dev/full: ENOSPC) is reported, not ignored.
   std::FILE* full = std::fopen("/dev/full", "w");
   ASSERT_NE(full, nullptr);
