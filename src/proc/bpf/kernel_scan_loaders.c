@@ -56,8 +56,9 @@ static int kept(struct gpureap_scan_progs *out, int a, int b, int err, char *why
 	} while (0)
 
 /* The light skeleton `prefix` (gpureap_kernel_scan_lskel or its direct-reads
- * build): opened, matched, loaded, its descriptors kept. */
-#define LOAD_LIGHT(prefix, match, out, why, why_len)                                          \
+ * build): opened, matched, loaded, its descriptors kept. `needs`: the kernel
+ * it needs, for the note when its loader program fails. */
+#define LOAD_LIGHT(prefix, needs, match, out, why, why_len)                                   \
 	do {                                                                                  \
 		struct prefix *skel_ = prefix##__open();                                      \
 		int err_;                                                                     \
@@ -66,9 +67,7 @@ static int kept(struct gpureap_scan_progs *out, int a, int b, int err, char *why
 		SET_MATCH(skel_->rodata, match);                                              \
 		err_ = prefix##__load(skel_);                                                 \
 		if (err_) {                                                                   \
-			err_ = fail(err_, why, why_len,                                       \
-				    "the kernel's loader program (Linux 5.14+; CO-RE in the " \
-				    "kernel 5.17+)");                                         \
+			err_ = fail(err_, why, why_len, "the kernel's loader program " needs); \
 			prefix##__destroy(skel_);                                             \
 			return err_;                                                          \
 		}                                                                             \
@@ -82,13 +81,16 @@ static int kept(struct gpureap_scan_progs *out, int a, int b, int err, char *why
 int gpureap_load_scan_light(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
 			    char *why, size_t why_len)
 {
-	LOAD_LIGHT(gpureap_kernel_scan_lskel, match, out, why, why_len);
+	LOAD_LIGHT(gpureap_kernel_scan_lskel, "(Linux 5.14+; CO-RE in the kernel 5.17+)", match, out,
+		   why, why_len);
 }
 
 int gpureap_load_scan_light_direct(const struct gpureap_scan_match *match,
 				   struct gpureap_scan_progs *out, char *why, size_t why_len)
 {
-	LOAD_LIGHT(gpureap_kernel_scan_direct_lskel, match, out, why, why_len);
+	LOAD_LIGHT(gpureap_kernel_scan_direct_lskel,
+		   "(Linux 5.14+; CO-RE in the kernel 5.17+; bpf_rdonly_cast 6.2+)", match, out, why,
+		   why_len);
 }
 
 /* libbpf prints to stderr by default; its errors come back as return codes
