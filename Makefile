@@ -24,7 +24,7 @@ test: deps
 # Debian 12 root. Builds only what the images and the package hold.
 deploy-check: deps
 	cmake --preset default >/dev/null
-	cmake --build --preset default -j $(JOBS) --target gpureap gpureap-worker gpureap-worker-dynamic gpureap-init
+	cmake --build --preset default -j $(JOBS) --target gpureap gpureap-exporter gpureap-worker gpureap-worker-dynamic gpureap-init
 	ctest --preset default -L deploy
 
 demo: build

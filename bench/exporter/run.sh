@@ -11,5 +11,5 @@ shift || true
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake --preset default -B "$build"
 fi
-cmake --build "$build" --target bench_exporter_run gpureap -j2
+cmake --build "$build" --target bench_exporter_run gpureap gpureap-exporter -j2
 exec "$build/bench/exporter/bench_exporter_run" --gpureap "$build/src/cli/gpureap" "$@"

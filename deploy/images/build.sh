@@ -6,7 +6,7 @@
 # NAME is a folder of deploy/images (deploy/images/list.sh prints them). The
 # binaries come from a finished build tree: --build-dir, else
 # $GPUREAP_BUILD_DIR, else build/default (cmake --preset default; targets
-# gpureap gpureap-init gpureap-worker gpureap-worker-dynamic). They are staged
+# gpureap gpureap-exporter gpureap-init gpureap-worker gpureap-worker-dynamic). They are staged
 # with every shared library they load (ldd), so the images build FROM scratch
 # and RUN nothing: no base image, no network, no container runtime at build.
 #
@@ -101,10 +101,11 @@ put_dynamic() {
 
 stage() {
   local bin=$build_dir
-  local gpureap=$bin/src/cli/gpureap init=$bin/src/init/gpureap-init
+  local gpureap=$bin/src/cli/gpureap exporter=$bin/src/cli/gpureap-exporter init=$bin/src/init/gpureap-init
   local worker=$bin/src/workers/gpureap-worker worker_dyn=$bin/src/workers/gpureap-worker-dynamic
-  local hint="build it: cmake --preset default && cmake --build --preset default --target gpureap gpureap-init gpureap-worker gpureap-worker-dynamic, or pass --build-dir"
+  local hint="build it: cmake --preset default && cmake --build --preset default --target gpureap gpureap-exporter gpureap-init gpureap-worker gpureap-worker-dynamic, or pass --build-dir"
   need_file "$gpureap" "$hint"
+  need_file "$exporter" "$hint"
   need_file "$init" "$hint"
   need_file "$worker" "$hint"
   need_file "$worker_dyn" "$hint"
@@ -136,6 +137,8 @@ stage() {
   put_dynamic "$worker_dyn" "$ctx/worker-dynamic" /usr/local/bin/gpureap-worker-dynamic
   put "$here/start-workers" "$ctx/worker-dynamic" /usr/local/bin/start-workers
   put_dynamic "$gpureap" "$ctx/gpureap" /usr/bin/gpureap
+  # `gpureap exporter` runs the program beside gpureap.
+  put_dynamic "$exporter" "$ctx/gpureap" /usr/bin/gpureap-exporter
   # civetweb loads libssl with dlopen for the exporter's TLS (web config).
   local so path
   for so in libssl.so.3 libcrypto.so.3; do

@@ -1,11 +1,13 @@
 // gpureap: find, measure and fix GPU process-hygiene failures on a node.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 #include <functional>
 
-#include "cli/common.hpp"
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app{"gpureap: make GPU nodes give their GPUs back", "gpureap"};
   app.set_version_flag("--version", "gpureap 0.1.0");
   app.require_subcommand(1);
@@ -16,7 +18,7 @@ int main(int argc, char** argv) {
   gpureap::cli::register_observe(app, run);
   gpureap::cli::register_prestop(app, run);
   gpureap::cli::register_lab(app, run);
-  gpureap::cli::register_exporter(app, run);
+  gpureap::cli::register_exporter_launcher(app, run);
   gpureap::cli::register_check(app, run);
   try {
     app.parse(argc, argv);
@@ -26,4 +28,8 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : gpureap::cli::kExitCouldNotCheck;
   }
   return run ? run() : gpureap::cli::kExitCouldNotCheck;
+} catch (const std::exception& e) {
+  // Only what nothing below caught (out of memory while parsing): one line, exit 2.
+  (void)std::fprintf(stderr, "gpureap: %s\n", e.what());
+  return gpureap::cli::kExitCouldNotCheck;
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 b=build/default
 rm -rf .devbin && mkdir -p .devbin/lib
-cp $b/src/cli/gpureap $b/src/workers/gpureap-worker $b/src/workers/gpureap-worker-dynamic $b/src/init/gpureap-init .devbin/
+cp $b/src/cli/gpureap $b/src/cli/gpureap-exporter $b/src/workers/gpureap-worker $b/src/workers/gpureap-worker-dynamic $b/src/init/gpureap-init .devbin/
 cp $b/bench/scan/bench_scan $b/bench/scan/bench_scan_run .devbin/
 # The tests that depend on the running kernel (BPF iterators, BTF), for its kernel.
 cp $b/tests/unit/proc/proc_unit_tests .devbin/
@@ -16,12 +16,13 @@ cp /usr/bin/fuser /usr/bin/lsof .devbin/peers/
 for lib in $(ldd /usr/bin/lsof | awk '/=> \// {print $3}'); do
   case $(basename "$lib") in libc.so*|libresolv.so*|libm.so*|ld-linux*) ;; *) cp -L "$lib" .devbin/lib/ ;; esac
 done
-# gpureap's own shared libraries (fmt; the exporter's prometheus-cpp, civetweb,
-# yaml-cpp, OpenSSL): the GPU machine has glibc and libstdc++ only.
-for lib in $(ldd .devbin/gpureap | awk '/=> \// {print $3}'); do
+# The exporter's shared libraries (prometheus-cpp, civetweb, yaml-cpp,
+# OpenSSL; gpureap itself needs only glibc): the GPU machine has glibc and
+# libstdc++ only.
+for lib in $(ldd .devbin/gpureap .devbin/gpureap-exporter | awk '/=> \// {print $3}' | sort -u); do
   case $(basename "$lib") in libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|ld-linux*) ;; *) cp -L "$lib" .devbin/lib/ ;; esac
 done
 # Debug info would not fit the device tool's 64 MiB.
-strip .devbin/gpureap .devbin/gpureap-worker-dynamic .devbin/bench_scan .devbin/bench_scan_run \
+strip .devbin/gpureap .devbin/gpureap-exporter .devbin/gpureap-worker-dynamic .devbin/bench_scan .devbin/bench_scan_run \
   .devbin/proc_unit_tests
 ls -la .devbin .devbin/lib

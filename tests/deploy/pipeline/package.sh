@@ -80,11 +80,11 @@ debs=("$work"/pkg/gpureap_*.deb)
 deb=${debs[0]}
 depends=$(dpkg-deb -f "$deb" Depends)
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
-for f in ./usr/bin/gpureap ./usr/bin/gpureap-init ./usr/lib/systemd/system/gpureap-exporter.service \
+for f in ./usr/bin/gpureap ./usr/bin/gpureap-exporter ./usr/bin/gpureap-init ./usr/lib/systemd/system/gpureap-exporter.service \
   ./etc/default/gpureap-exporter ./usr/share/doc/gpureap/exporter.md ./usr/share/gpureap/npd/gpureap-check-monitor.json; do
   grep -qxF "$f" <<<"$contents" || fail "$(basename "$deb") lacks $f"
 done
-for d in libc6 libstdc++6 libprometheus-cpp-core1.0 libcivetweb1 libyaml-cpp0.7 libfmt9 libssl3; do
+for d in libc6 libstdc++6 libprometheus-cpp-core1.0 libcivetweb1 libyaml-cpp0.7 libssl3; do
   [[ ", $depends," == *", $d"[\ ,]* ]] || fail "Depends lacks $d: $depends"
 done
 [[ $(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles) == /etc/default/gpureap-exporter ]] ||

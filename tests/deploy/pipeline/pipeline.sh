@@ -47,7 +47,7 @@ for tool in buildah skopeo containerd ctr containerd-shim-runc-v2 runc docker-re
   command -v "$tool" >/dev/null || fail "$tool not found (scripts/install-deps.sh installs it)"
 done
 gpureap=$build_dir/src/cli/gpureap
-[[ -x $gpureap ]] || fail "$gpureap not built (cmake --build --preset default --target gpureap gpureap-init gpureap-worker gpureap-worker-dynamic)"
+[[ -x $gpureap ]] || fail "$gpureap not built (cmake --build --preset default --target gpureap gpureap-exporter gpureap-init gpureap-worker gpureap-worker-dynamic)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpureap-pipeline-XXXXXX")
 chmod 0711 "$work"
@@ -259,7 +259,10 @@ for n in "${names[@]}"; do
   case $n in
     node)
       run_image "$n" "$c" --mount "type=bind,src=/,dst=/host,options=rbind:ro"
-      want=$(image_argv "$n")
+      # `gpureap exporter ARGS` execs the program beside it: PID 1 becomes
+      # /usr/bin/gpureap-exporter ARGS.
+      want=$(image_argv "$n" | jq -c 'if .[0:2] == ["/usr/bin/gpureap", "exporter"]
+        then ["/usr/bin/gpureap-exporter"] + .[2:] else . end')
       wait_pid1 "$c" "$want"
       pid=$(task_pid "$c")
       ok=false

@@ -44,6 +44,11 @@ const std::string kGpureap = GPUREAP_BIN;
 const std::string kWorker = GPUREAP_WORKER_BIN;
 const std::string kFakeDriverDir = FAKE_DRIVER_DIR;
 const std::string kSource = GPUREAP_SOURCE_DIR;
+#ifdef GPUREAP_SANITIZED
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
 constexpr std::uint64_t kMiB = 1024ULL * 1024ULL;
 // "prometheus:hunter2-for-tests" against this bcrypt hash (cost 5: fast tests).
 const std::string kHash = "$2b$05$ItQkP.Nvs1ebSaNOiIl7ruMa9dtJ3JVZtyfvWddGDOUpDehybsobe";
@@ -426,6 +431,72 @@ TEST_F(ExporterIntegration, TlsAndBasicAuthRejectClientsWithoutCredentials) {
   // Plain HTTP gets no answer from a TLS port.
   EXPECT_NE(http_get(exporter.url("/metrics"), {"-u", "prometheus:hunter2-for-tests"}).status, 200);
   EXPECT_EQ(exporter.stop(), 0);
+}
+
+// `gpureap exporter` is gpureap-exporter run in gpureap's place (exec): the
+// process a service manager or a kubelet started is the exporter, its SIGTERM
+// stops it, and the kernel names it gpureap-exporte (trace's monitor list).
+TEST_F(ExporterIntegration, GpureapExporterBecomesTheExporterProgramInTheSameProcess) {
+  Exporter exporter({"--host-root", host_, "--gpu", "sim", "--interval", "0.5"}, env_);
+  ASSERT_TRUE(exporter.ready());
+  const fs::path exe = fs::read_symlink("/proc/" + std::to_string(exporter.pid()) + "/exe");
+  EXPECT_EQ(exe, fs::path(kGpureap).parent_path() / "gpureap-exporter");
+  EXPECT_EQ(gpureap::testing::read_file("/proc/" + std::to_string(exporter.pid()) + "/comm"),
+            "gpureap-exporte\n");
+  EXPECT_EQ(http_get(exporter.url("/healthz")).status, 200);
+  EXPECT_EQ(exporter.stop(), 0);
+}
+
+TEST(ExporterProgram, HelpAndUsageErrorsAreTheExportersOwn) {
+  const auto help = gpureap::testing::run({kGpureap, "exporter", "--help"});
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("gpureap exporter"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--listen"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--web-config"), std::string::npos) << help.out;
+  const auto bad =
+      gpureap::testing::run({kGpureap, "exporter", "--interval", "5", "--no-such-flag"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--no-such-flag"), std::string::npos) << bad.err;
+  // gpureap's own help lists the subcommand.
+  const auto top = gpureap::testing::run({kGpureap, "--help"});
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.out.find("exporter"), std::string::npos) << top.out;
+}
+
+TEST(ExporterProgram, AGpureapInstalledWithoutItSaysWhereItLookedAndExits2) {
+  const TempDir dir;
+  fs::copy_file(kGpureap, dir / "gpureap");
+  const auto r = gpureap::testing::run({dir / "gpureap", "exporter", "--listen", "127.0.0.1:1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(dir / "gpureap-exporter"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("No such file"), std::string::npos) << r.err;
+}
+
+// gpureap maps no library of the exporter's, nor the shared C++ runtime: the
+// point of the split (src/cli/CMakeLists.txt). Sanitizer builds keep theirs.
+TEST(ExporterProgram, GpureapLoadsOnlyTheCLibraryWhileTheExporterHasItsOwn) {
+  const auto needed = [](const std::string& program) {
+    const auto r = gpureap::testing::run({"/usr/bin/readelf", "-d", program});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> libs;
+    const std::regex entry(R"(\(NEEDED\)\s+Shared library: \[([^\]]+)\])");
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), entry), end; it != end; ++it)
+      libs.push_back((*it)[1]);
+    return libs;
+  };
+  const auto gpureap_libs = needed(kGpureap);
+  ASSERT_FALSE(gpureap_libs.empty());
+  for (const auto& lib : gpureap_libs) {
+    const bool c_runtime = lib.rfind("libc.so", 0) == 0 || lib.rfind("libm.so", 0) == 0 ||
+                           lib.rfind("ld-linux", 0) == 0;
+    const bool sanitizer_runtime = lib.rfind("libasan", 0) == 0 || lib.rfind("libubsan", 0) == 0 ||
+                                   lib.rfind("libstdc++", 0) == 0 || lib.rfind("libgcc_s", 0) == 0;
+    EXPECT_TRUE(c_runtime || (kSanitized && sanitizer_runtime)) << kGpureap << " needs " << lib;
+  }
+  bool prometheus = false;
+  for (const auto& lib : needed(fs::path(kGpureap).parent_path() / "gpureap-exporter"))
+    prometheus = prometheus || lib.find("prometheus-cpp") != std::string::npos;
+  EXPECT_TRUE(prometheus);
 }
 
 TEST_F(ExporterIntegration, AHungDriverGivesStaleDataAndA503NeverAHungScrape) {
