@@ -38,6 +38,17 @@ unsigned effective_threads(const CommonOptions& options) {
   return std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
 }
 
+int parse_and_run(CLI::App& app, int argc, const char* const* argv,
+                  const std::function<int()>& run) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitCouldNotCheck;
+  }
+  return run ? run() : kExitCouldNotCheck;
+}
+
 void log_error(const std::string& message) { fmt::print(stderr, "gpureap: {}\n", message); }
 void log_note(const std::string& message) { fmt::print(stderr, "gpureap: {}\n", message); }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -33,6 +34,11 @@ proc::FdSource fd_source(const CommonOptions& options);
 std::string unprivileged_scan(const proc::ScanStats& stats);
 
 // "gpureap: <message>" on stderr.
+// Parses argv into `app` (whose subcommands set `run`) and runs the choice:
+// help and version exit 0, usage errors 2 ("could not check"). Both programs' main.
+int parse_and_run(CLI::App& app, int argc, const char* const* argv,
+                  const std::function<int()>& run);
+
 void log_error(const std::string& message);
 void log_note(const std::string& message);
 

@@ -22,13 +22,7 @@ int main(int argc, char** argv) try {
   args.push_back("gpureap");
   args.push_back("exporter");
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-  try {
-    app.parse(static_cast<int>(args.size()), args.data());
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : gpureap::cli::kExitCouldNotCheck;
-  }
-  return run ? run() : gpureap::cli::kExitCouldNotCheck;
+  return gpureap::cli::parse_and_run(app, static_cast<int>(args.size()), args.data(), run);
 } catch (const std::exception& e) {
   // Only what nothing below caught (out of memory while parsing): one line, exit 2.
   (void)std::fprintf(stderr, "gpureap: %s\n", e.what());

@@ -20,14 +20,7 @@ int main(int argc, char** argv) try {
   gpureap::cli::register_lab(app, run);
   gpureap::cli::register_exporter_launcher(app, run);
   gpureap::cli::register_check(app, run);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // Help and version exit 0; usage errors exit 2 ("could not check").
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : gpureap::cli::kExitCouldNotCheck;
-  }
-  return run ? run() : gpureap::cli::kExitCouldNotCheck;
+  return gpureap::cli::parse_and_run(app, argc, argv, run);
 } catch (const std::exception& e) {
   // Only what nothing below caught (out of memory while parsing): one line, exit 2.
   (void)std::fprintf(stderr, "gpureap: %s\n", e.what());
