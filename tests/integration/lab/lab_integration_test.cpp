@@ -175,7 +175,16 @@ void expect_scenario_outcomes(const LabRun& r, bool with_variants, bool exec_is_
   const auto gibs = [&](const char* s) {
     return num(m.at(s)["gpu_gib_seconds_during_termination"]);
   };
-  EXPECT_GT(gibs("S1"), gibs("S4"));
+  if (exec_is_fast) {
+    EXPECT_GT(gibs("S1"), gibs("S4"));
+  } else {
+    // S4's SIGTERM comes from the preStop hook's exec, which --quick does not
+    // scale: under runc on a loaded machine it arrived after S1's whole 3 s
+    // grace (CI, 2026-12-05: 6.3 against 6.0 GiB·s). What S4 must still show
+    // is that nothing was held past its SIGTERM.
+    const double gib_at_delete = num(m.at("S4")["gpu_bytes_at_delete"]) / double(1ULL << 30);
+    EXPECT_LE(gibs("S4"), gib_at_delete * (num(m.at("S4")["term_reached_worker_s"]) + kSlack));
+  }
   EXPECT_GT(gibs("S1"), gibs("S5"));
 
   if (!with_variants) return;
