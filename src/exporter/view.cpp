@@ -160,10 +160,7 @@ View build_view(const node::NodeSnapshot& snap, const std::vector<findings::Find
 void redact_arguments(node::NodeSnapshot& snap) {
   for (auto& r : snap.records) {
     auto& argv = r.process.cmdline;
-    if (argv.size() > 1) {
-      argv.resize(1);
-      argv.emplace_back("<redacted>");
-    }
+    if (argv.size() > 1) argv = proc::Argv{argv.front(), "<redacted>"};
   }
 }
 

@@ -276,24 +276,7 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text) {
   return out;
 }
 
-std::vector<std::string> parse_cmdline(std::string_view text) {
-  std::vector<std::string> out;
-  // One allocation for the vector, not a regrowth per argument: this runs
-  // once per process of the node.
-  const auto nuls = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\0'));
-  out.reserve(nuls + (text.empty() || text.back() == '\0' ? 0 : 1));
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t nul = text.find('\0', pos);
-    if (nul == std::string_view::npos) {
-      out.emplace_back(text.substr(pos));
-      break;
-    }
-    out.emplace_back(text.substr(pos, nul - pos));
-    pos = nul + 1;
-  }
-  return out;
-}
+Argv parse_cmdline(std::string_view text) { return Argv::from_text(text); }
 
 std::vector<std::pair<std::string, std::string>> parse_environ(std::string_view text,
                                                                const std::vector<std::string>& keys) {

@@ -89,7 +89,7 @@ std::string unescape_octal(std::string_view s);
 
 // NUL-separated arguments. A last argument without its NUL is kept: processes
 // that rewrite their argv (setproctitle) legitimately drop it.
-std::vector<std::string> parse_cmdline(std::string_view text);
+Argv parse_cmdline(std::string_view text);
 
 // NUL-separated KEY=VALUE; returns only `keys`, in the order found, first
 // occurrence of a key wins (as getenv). A last entry without its NUL is

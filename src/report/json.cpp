@@ -164,9 +164,11 @@ std::string process_json_text(const node::NodeSnapshot& snap, const node::Proces
   std::string out = "{";
   put_key(out, "cmdline", true);
   out += '[';
-  for (std::size_t i = 0; i < p.cmdline.size(); ++i) {
-    if (i) out += ',';
-    put_string(out, p.cmdline[i]);
+  bool first = true;
+  for (std::string_view a : p.cmdline) {
+    if (!first) out += ',';
+    first = false;
+    put_string(out, a);
   }
   out += ']';
   put_key(out, "comm");
@@ -459,7 +461,7 @@ bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   // whole tree or its text (the memory target is 10 MiB).
   // Written in 64 KiB pieces, a pipe's capacity: through stdio's own buffer
   // (4 KiB for a pipe) a 2 MB document took ~430 write(2) calls.
-  constexpr std::size_t kPiece = 64 * 1024;
+  constexpr std::size_t kPiece = std::size_t{64} * 1024;
   bool ok = true;
   std::string pending;
   pending.reserve(kPiece);

@@ -14,11 +14,11 @@ PATH=$BIN/peers:$PATH command -v fuser >/dev/null || { echo "bench_ab.sh: no fus
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; uname -r; date -u; } | tee "$out/machine.txt"
 "$BIN/proc_unit_tests" --gtest_filter='KernelFds.*:KernelLoaders.*:SharedDescriptions.*:ScanReal*' --gtest_brief=1 2>&1 | tee "$out/kernel-tests.txt"
 rc=${PIPESTATUS[0]}
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
   for build in prev new; do
     d=$BIN; [[ $build == prev ]] && d=$BIN/prev
     echo "== round $round: $build ==" | tee -a "$out/ab.txt"
-    PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$d/bench_scan" --gpureap "$d/gpureap" --repeat 5 \
+    PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$d/bench_scan" --gpureap "$d/gpureap" --repeat "${REPEAT:-5}" \
       --threads 8 2>&1 | tee -a "$out/ab.txt"
   done
 done

@@ -337,6 +337,32 @@ TEST(ParseCmdline, RewrittenArgvWithoutTrailingNul) {
   EXPECT_EQ(parse_cmdline(std::string("a\0\0b", 4)), (std::vector<std::string>{"a", "", "b"}));
 }
 
+TEST(ParseCmdline, EmptyArgumentsAndATrailingEmptyOneAreKept) {
+  // "a\0\0" is two arguments, the second empty, as the kernel gave them.
+  const Argv a = parse_cmdline(std::string("a\0\0", 3));
+  EXPECT_EQ(a.size(), 2U);
+  EXPECT_EQ(a, (std::vector<std::string>{"a", ""}));
+  EXPECT_EQ(parse_cmdline(std::string("\0", 1)), (std::vector<std::string>{""}));
+}
+
+TEST(Argv, ReadsAsTheArgumentsItWasGiven) {
+  Argv a{"/usr/bin/python3", "", "train.py"};
+  EXPECT_EQ(a.size(), 3U);
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a.front(), "/usr/bin/python3");
+  EXPECT_EQ(a.strings(), (std::vector<std::string>{"/usr/bin/python3", "", "train.py"}));
+  EXPECT_EQ(a, parse_cmdline(std::string("/usr/bin/python3\0\0train.py\0", 27)));
+  EXPECT_NE(a, (std::vector<std::string>{"/usr/bin/python3", "train.py"}));
+  EXPECT_NE(a, (std::vector<std::string>{"/usr/bin/python3", "", "train.py", ""}));
+  a.push_back("--lr=0.1");
+  EXPECT_EQ(a.size(), 4U);
+  EXPECT_EQ(std::distance(a.begin(), a.end()), 4);
+  a.clear();
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(a.begin(), a.end());
+  EXPECT_EQ(a, Argv{});
+}
+
 TEST(ParseEnviron, OnlyRequestedKeys) {
   auto e = parse_environ(fixture("normal.environ"), {"CUDA_VISIBLE_DEVICES", "WEIRD", "EMPTY", "MISSING"});
   EXPECT_EQ(e, (std::vector<std::pair<std::string, std::string>>{

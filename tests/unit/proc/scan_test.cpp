@@ -880,7 +880,7 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   const auto retitled_areas = stat_areas(retitled.pid());
   ASSERT_TRUE(retitled_areas.has_value());
   const std::vector<std::string> retitled_cmdline =
-      parse_cmdline(proc_file(retitled.pid(), "cmdline"));
+      parse_cmdline(proc_file(retitled.pid(), "cmdline")).strings();
   EXPECT_NE(retitled_cmdline, (std::vector<std::string>{std::string(
                                   retitled_areas->arg_end - retitled_areas->arg_start, 'x')}));
 
@@ -934,9 +934,9 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
     const Process* h = t ? find(*t, holder.pid()) : nullptr;
     const Process* r = t ? find(*t, retitled.pid()) : nullptr;
     if (h != nullptr && r != nullptr) {
-      for (const auto& a : h->cmdline) report += "\n" + a;
+      for (std::string_view a : h->cmdline) (report += '\n') += a;
       for (const auto& [key, value] : h->env) report += "\n" + key + "=" + value;
-      for (const auto& a : r->cmdline) report += "\n" + a;
+      for (std::string_view a : r->cmdline) (report += '\n') += a;
     }
     (void)!::write(out[1], report.data(), report.size());
     ::_exit(0);
