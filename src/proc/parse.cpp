@@ -276,7 +276,9 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text) {
   return out;
 }
 
-Argv parse_cmdline(std::string_view text) { return Argv::from_text(text); }
+Argv parse_cmdline(std::string_view text) {
+  return Argv::from_text(text);
+}
 
 std::vector<std::pair<std::string, std::string>> parse_environ(std::string_view text,
                                                                const std::vector<std::string>& keys) {
