@@ -59,8 +59,8 @@ class CgroupLines {
 // argument ended by a NUL, read as a sequence of string_views. One
 // allocation per process where a vector of strings made one per argument:
 // the scan builds one per process of the node, and on a fleet of 2,000
-// those allocations were a tenth of trace's time. An argument never holds
-// a NUL (the kernel's cannot); push_back would split one that did.
+// those allocations were ~7 % of trace's time. An argument never holds a
+// NUL (the kernel's cannot); push_back would split one that did.
 class Argv {
  public:
   class const_iterator {
