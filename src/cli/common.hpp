@@ -33,12 +33,12 @@ proc::FdSource fd_source(const CommonOptions& options);
 // a privileged scan (a protected PID 1) is counted in scan.fds_denied only.
 std::string unprivileged_scan(const proc::ScanStats& stats);
 
-// "gpureap: <message>" on stderr.
 // Parses argv into `app` (whose subcommands set `run`) and runs the choice:
 // help and version exit 0, usage errors 2 ("could not check"). Both programs' main.
 int parse_and_run(CLI::App& app, int argc, const char* const* argv,
                   const std::function<int()>& run);
 
+// "gpureap: <message>" on stderr.
 void log_error(const std::string& message);
 void log_note(const std::string& message);
 
