@@ -57,16 +57,6 @@ bool listed_on(const NodeSnapshot& snap, const ProcessRecord& r, unsigned device
                      [&](std::size_t li) { return snap.listings[li].device_index == device; });
 }
 
-std::string command_line(const proc::Process& p) {
-  if (p.cmdline.empty()) return fmt::format("[{}]", p.comm);
-  std::string s;
-  for (const auto& a : p.cmdline) {
-    if (!s.empty()) s += ' ';
-    s += a;
-  }
-  return s;
-}
-
 std::string who(const ProcessRecord& r) { return fmt::format("{} ({})", r.process.pid, r.process.comm); }
 
 ObserveFinding from_finding(const Finding& f) {
@@ -557,7 +547,7 @@ void render_tree(const NodeSnapshot& snap, std::string& out) {
     stack.pop_back();
     const auto& r = snap.records[i];
     if (!seen.insert(r.process.pid).second) continue;
-    std::string cmd = command_line(r.process);
+    std::string cmd = r.process.command_line();
     if (cmd.size() > 100) cmd = cmd.substr(0, 97) + "...";
     out += fmt::format("  {}{:<6} {} {}{}\n", std::string(2 * std::size_t{depth}, ' '), r.process.pid, r.process.state,
                        cmd, r.process.pid == snap.self_pid ? "   (this check)" : "");
@@ -580,7 +570,7 @@ std::string render_observe(const NodeSnapshot& snap, const ObserveReport& rep) {
     out += "  not visible: no /proc/1\n";
   } else {
     const auto& p = snap.records[rep.pid1->record].process;
-    out += fmt::format("  cmdline: {}\n", command_line(p));
+    out += fmt::format("  cmdline: {}\n", p.command_line());
     out += rep.pid1->init ? fmt::format("  is an init: {}\n", *rep.pid1->init)
                           : fmt::format("  PID 1 is {}, not an init: zombies will not be reaped\n", p.comm);
   }

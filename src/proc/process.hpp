@@ -103,7 +103,7 @@ class Argv {
     a.text_.reserve(text.size() + 1);
     a.text_.assign(text);
     if (text.back() != '\0') a.text_.push_back('\0');
-    for (char c : a.text_) a.count_ += c == '\0' ? 1U : 0U;
+    a.count_ = static_cast<std::size_t>(std::count(a.text_.begin(), a.text_.end(), '\0'));
     return a;
   }
 
@@ -167,6 +167,17 @@ struct Process {
   std::vector<std::pair<std::string, std::string>> env;  // only keys asked for
 
   [[nodiscard]] pid_t local_pid() const { return nspid.empty() ? pid : nspid.back(); }
+  // The arguments joined by spaces (empty ones before the first text add
+  // none), or "[comm]" without argv (a kernel thread, a zombie), as ps shows it.
+  [[nodiscard]] std::string command_line() const {
+    if (cmdline.empty()) return "[" + comm + "]";
+    std::string s;
+    for (std::string_view a : cmdline) {
+      if (!s.empty()) s += ' ';
+      s += a;
+    }
+    return s;
+  }
   [[nodiscard]] bool zombie() const { return state == 'Z'; }
   [[nodiscard]] unsigned gpu_fd_total() const {
     unsigned n = 0;

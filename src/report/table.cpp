@@ -27,16 +27,6 @@ std::string cut(std::string s, std::size_t width) {
   return s;
 }
 
-std::string join_cmdline(const proc::Process& p) {
-  if (p.cmdline.empty()) return "[" + p.comm + "]";
-  std::string s;
-  for (const auto& a : p.cmdline) {
-    if (!s.empty()) s += ' ';
-    s += a;
-  }
-  return s;
-}
-
 struct Row {
   std::string pid, local, state, mem, listed, qos, pod, ns, container, command;
 };
@@ -77,7 +67,7 @@ Row row_for(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
              std::move(pod),
              std::move(ns),
              std::move(container),
-             cut(join_cmdline(p), 40)};
+             cut(p.command_line(), 40)};
 }
 
 Row dead_row(const node::NodeSnapshot& snap, const node::DriverListing& l) {

@@ -363,6 +363,17 @@ TEST(Argv, ReadsAsTheArgumentsItWasGiven) {
   EXPECT_EQ(a, Argv{});
 }
 
+TEST(Argv, ACommandLineIsItsArgumentsJoinedOrItsCommInBrackets) {
+  Process p;
+  p.comm = "kworker/0:1";
+  EXPECT_EQ(p.command_line(), "[kworker/0:1]");  // no argv: a kernel thread, a zombie
+  p.cmdline = {"python3", "train.py", "--lr=0.1"};
+  EXPECT_EQ(p.command_line(), "python3 train.py --lr=0.1");
+  // Empty arguments before the first text add no space; later ones add theirs.
+  p.cmdline = {"", "x", "", "y"};
+  EXPECT_EQ(p.command_line(), "x  y");
+}
+
 TEST(ParseEnviron, OnlyRequestedKeys) {
   auto e = parse_environ(fixture("normal.environ"), {"CUDA_VISIBLE_DEVICES", "WEIRD", "EMPTY", "MISSING"});
   EXPECT_EQ(e, (std::vector<std::pair<std::string, std::string>>{
