@@ -319,10 +319,21 @@ class Aggregator {
 
   std::vector<KernelFdSummary> finish() {
     flush();
+    auto by_tgid = [](const auto& a, const auto& b) { return a.tgid < b.tgid; };
+    // A table the walk could not finish: /proc answers for its process.
+    auto drop_incomplete = [](std::vector<KernelFdSummary>& v) {
+      std::erase_if(v, [](const KernelFdSummary& s) { return !s.complete; });
+    };
+    // The usual case, one table per process in tgid order: no second copy.
+    if (std::adjacent_find(out_.begin(), out_.end(), [](const auto& a, const auto& b) {
+          return a.tgid >= b.tgid;
+        }) == out_.end()) {
+      drop_incomplete(out_);
+      return std::move(out_);
+    }
     // Threads with their own descriptor table come in tid order, apart from
     // their leader: merge them into one entry per process.
-    std::stable_sort(out_.begin(), out_.end(),
-                     [](const auto& a, const auto& b) { return a.tgid < b.tgid; });
+    std::stable_sort(out_.begin(), out_.end(), by_tgid);
     std::vector<KernelFdSummary> merged;
     merged.reserve(out_.size());
     for (auto& s : out_) {
@@ -350,8 +361,7 @@ class Aggregator {
         }
       }
     }
-    // A table the walk could not finish: /proc answers for its process.
-    std::erase_if(merged, [](const KernelFdSummary& s) { return !s.complete; });
+    drop_incomplete(merged);
     return merged;
   }
 
@@ -600,6 +610,40 @@ const KernelTask* KernelFdTable::find_task(pid_t tgid) const {
 
 KernelFdSummary* KernelFdTable::find(pid_t tgid) {
   return const_cast<KernelFdSummary*>(std::as_const(*this).find(tgid));
+}
+
+namespace {
+
+// find and find_task from a hint: a few steps forward, else a binary search
+// of the side of the hint the pid lies on.
+template <class Sorted>
+auto* find_from(Sorted& sorted, pid_t tgid, std::size_t& hint) {
+  auto first = sorted.begin();
+  auto last = sorted.end();
+  if (hint < sorted.size()) {
+    if (sorted[hint].tgid <= tgid) {
+      first += static_cast<std::ptrdiff_t>(hint);
+    } else {
+      last = first + static_cast<std::ptrdiff_t>(hint);
+    }
+  }
+  auto it = first;
+  for (int step = 0; step < 4 && it != last && it->tgid < tgid; ++step) ++it;
+  if (it != last && it->tgid < tgid) {
+    it = std::lower_bound(it, last, tgid, [](const auto& e, pid_t v) { return e.tgid < v; });
+  }
+  hint = static_cast<std::size_t>(it - sorted.begin());
+  return it != sorted.end() && it->tgid == tgid ? &*it : decltype(&*it){};
+}
+
+}  // namespace
+
+const KernelTask* KernelFdTable::find_task(pid_t tgid, std::size_t& hint) const {
+  return find_from(tasks, tgid, hint);
+}
+
+KernelFdSummary* KernelFdTable::find(pid_t tgid, std::size_t& hint) {
+  return find_from(processes, tgid, hint);
 }
 
 std::uint64_t boot_clock_ticks() {

@@ -121,6 +121,12 @@ struct KernelFdTable {
   [[nodiscard]] const KernelFdSummary* find(pid_t tgid) const;
   [[nodiscard]] const KernelTask* find_task(pid_t tgid) const;
   [[nodiscard]] KernelFdSummary* find(pid_t tgid);
+  // The same, for lookups mostly in rising pid order, as a scan's readers
+  // make them: `hint` (the caller's, 0 at first) is where the last lookup
+  // ended, and the next pid is usually the next entry or one of the few after
+  // it, where a binary search takes a dozen cache misses.
+  [[nodiscard]] const KernelTask* find_task(pid_t tgid, std::size_t& hint) const;
+  [[nodiscard]] KernelFdSummary* find(pid_t tgid, std::size_t& hint);
 };
 
 // Now, in KernelTask::start_ticks' unit (stat field 22): clock ticks since

@@ -1110,6 +1110,31 @@ TEST(KernelFds, RecordsMatchByInodeRdevOrMajor) {
   EXPECT_EQ(user_dev_from_kernel((510U << 20) | 0x12345U), makedev(510, 0x12345));
 }
 
+TEST(KernelFds, LookupsFromAHintFindWhatABinarySearchFinds) {
+  KernelFdTable table;
+  for (pid_t pid : {1, 2, 3, 10, 11, 12, 13, 14, 15, 16, 40, 41, 1000, 4000000}) {
+    table.tasks.push_back(KernelTask{});
+    table.tasks.back().tgid = pid;
+    table.processes.push_back(KernelFdSummary{});
+    table.processes.back().tgid = pid;
+  }
+  // Rising, with gaps wider than the few steps forward; then backwards, a
+  // repeat, pids before the first and after the last, and a hint past the end.
+  const std::vector<pid_t> asked = {1,       2,  5,  12, 16, 17, 40, 999,  4000000,
+                                    4000001, 13, 13, 3,  0,  -1, 41, 1000, 2};
+  std::size_t task_hint = 0;
+  std::size_t fds_hint = 0;
+  for (pid_t pid : asked) {
+    SCOPED_TRACE(pid);
+    EXPECT_EQ(table.find_task(pid, task_hint), table.find_task(pid));
+    EXPECT_EQ(table.find(pid, fds_hint), table.find(pid));
+  }
+  std::size_t past = table.tasks.size() + 5;
+  EXPECT_EQ(table.find_task(11, past), table.find_task(11));
+  std::size_t none = 0;
+  EXPECT_EQ(KernelFdTable{}.find_task(3, none), nullptr);
+}
+
 TEST(KernelFds, NeverMatchesTheTerminalsAndNullsEveryProcessHas) {
   DeviceMatcher m;
   m.majors = {1, 4, 5, 136};
