@@ -698,7 +698,25 @@ TEST(Report, DirectProcessTextIsByteForByteTheTreesDump) {
   b.list(0, 10, 3 * kMiB);
   b.list(1, 10, std::nullopt);
   auto odd = process(11, 10, "q\"u\\o\te\n\x01");
-  odd.cmdline = {"caf\xc3\xa9", "w\xff\xfe", "", "\x7f"};
+  // Well-formed UTF-8 of each length (the writer copies it), ill-formed UTF-8
+  // (overlong, surrogate, past U+10FFFF, cut short, a lone continuation: nlohmann
+  // replaces it) and each control character's escape.
+  odd.cmdline = {"caf\xc3\xa9",
+                 "w\xff\xfe",
+                 "",
+                 "\x7f",
+                 "3\xc3\x97"
+                 "4 \xe2\x80\xa6",
+                 "\xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf \xef\xbf\xbd",
+                 "\xc0\xaf",
+                 "\xe0\x9f\xbf",
+                 "\xed\xa0\x80",
+                 "\xf0\x8f\xbf\xbf",
+                 "\xf4\x90\x80\x80",
+                 "\xe2\x82",
+                 "x\x80",
+                 "ok \xc3\x97 then \xff",
+                 "\x01\x08\x09\x0a\x0b\x0c\x0d\x1f\"\\/"};
   odd.gpu_fds = {{"nvidia1", 1}};
   odd.nspid = {11, 7, 1};
   b.add(odd, in_pod("c1", "pod-a"));
