@@ -224,7 +224,9 @@ struct Reader {
     if (dents.empty()) dents.resize(32768);
     int err = list_dir(fd, dents, [&](const char* name) {
       ++count;
-      if (!match) return;
+      // Denied once, denied for every link: the check is the process's
+      // (ptrace read access), not the descriptor's. Counted, not read.
+      if (!match || links_denied) return;
       ssize_t n = ::readlinkat(fd, name, link, sizeof link);
       if (n < 0 && (errno == EACCES || errno == EPERM)) links_denied = true;
       if (n <= 0 || static_cast<std::size_t>(n) >= sizeof link) return;  // gone or cut: no match

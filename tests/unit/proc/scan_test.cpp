@@ -7,6 +7,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <condition_variable>
 #include <cstdlib>
@@ -122,6 +124,89 @@ TEST(ScanReal, CountsDescriptorsOnMatchedPath) {
     ASSERT_NE(self, nullptr);
     EXPECT_TRUE(self->gpu_fds.empty());
   }
+}
+
+// Where the fd links are hidden from the scan (the ptrace check of a
+// security module or another user namespace; readlinkat refused here by a
+// seccomp filter whose answers this test counts), the descriptors are still
+// counted, nothing is matched, the process is marked unreadable, and the
+// scan asks once: the check is the process's, not each descriptor's.
+TEST(ScanReal, HiddenLinksAreCountedAndAskedForOnce) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  Pipes pipes;
+  ASSERT_TRUE(pipes.ok());
+  Child holder = spawn_ready(pipes, [&] {
+    for (int i = 0; i < 5; ++i) ::open(dev.c_str(), O_RDONLY);
+  });
+  ASSERT_TRUE(holder.started());
+
+  int out[2];
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(out[0]);
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_readlinkat, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(2);
+    const long listener =
+        ::syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    if (listener < 0) ::_exit(2);
+    // A thread of this process answers each readlinkat with EACCES, counting
+    // them; the count is up before the call it answers returns.
+    std::atomic<unsigned> asked{0};
+    std::thread answers([&asked, fd = static_cast<int>(listener)] {
+      for (;;) {
+        seccomp_notif req{};
+        if (::ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
+          if (errno == EINTR) continue;
+          return;
+        }
+        asked.fetch_add(1);
+        seccomp_notif_resp resp{};
+        resp.id = req.id;
+        resp.error = -EACCES;
+        (void)::ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+      }
+    });
+    answers.detach();  // ends with this process
+    DeviceMatcher m;
+    m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, std::nullopt});
+    ScanOptions opts;
+    opts.devices = &m;
+    opts.fd_source = FdSource::procfs;
+    auto root = sys::HostRoot::open("/");
+    if (!root) ::_exit(3);
+    auto p = read_process(*root, holder.pid(), opts);
+    if (!p) ::_exit(4);
+    const std::string report =
+        std::to_string(p->fd_count) + " " + (p->fds_readable ? "readable" : "hidden") + " " +
+        std::to_string(p->gpu_fds.size()) + " " + std::to_string(asked.load());
+    (void)!::write(out[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  ASSERT_GT(pid, 0);
+  Child scanner(pid);
+  std::string report;
+  char buf[256];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
+    report.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(scanner.pid(), &status, 0) < 0 && errno == EINTR) {
+  }
+  scanner.release();  // reaped
+  // 5 opens and the two pipe ends; an empty report: the scanner's exit status says where it
+  // stopped.
+  EXPECT_EQ(report, "7 hidden 0 1") << "scanner status " << status;
 }
 
 TEST(ScanReal, MatchesCharDevicesByRdevAndMajor) {
