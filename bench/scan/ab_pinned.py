@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Alternates builds of `gpureap trace --json` (one thread) and the library scan
+on the bench fleet, each run pinned to one CPU, and prints medians, quartiles,
+the best run and CPU time per build. Run it inside the fleet:
+
+  bench_scan_run --bench-scan B/bench_scan --gpureap B/gpureap --repeat 1 \\
+    --extra 'python3 bench/scan/ab_pinned.py 31 base=DIR1 new=DIR2'
+
+Each DIR holds a `gpureap` and a `bench_scan`. PIN (default "taskset -c 1")
+prefixes every run: on the 2-vCPU dev VM, unpinned runs were bimodal (the
+quartiles of one build 20 ms apart), pinned ones within 2 ms.
+"""
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+
+def commands(build_dir, devices, pin):
+    return {
+        "trace": pin + [build_dir + "/gpureap", "trace", "--gpu", "sim", "--json", "--threads", "1"],
+        "scan": pin + [build_dir + "/bench_scan", "--fd-source", "bpf"] + devices,
+    }
+
+
+def timed(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = (time.perf_counter() - start) * 1e3
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1e3
+    return wall, cpu
+
+
+def main():
+    if len(sys.argv) < 3 or "DEVS" not in os.environ:
+        sys.exit("usage (inside bench_scan_run --extra): ab_pinned.py RUNS NAME=DIR...")
+    runs = int(sys.argv[1])
+    builds = [a.split("=", 1) for a in sys.argv[2:]]
+    devices = os.environ["DEVS"].split()
+    pin = os.environ.get("PIN", "taskset -c 1").split()
+    results = {}
+    for _ in range(runs):
+        for name, build_dir in builds:
+            for tool, cmd in commands(build_dir, devices, pin).items():
+                results.setdefault((tool, name), []).append(timed(cmd))
+    for (tool, name), samples in sorted(results.items()):
+        wall = sorted(s[0] for s in samples)
+        cpu = sorted(s[1] for s in samples)
+        q = statistics.quantiles(wall, n=4)
+        print(f"{tool:5s} {name:6s} wall median {statistics.median(wall):6.1f}  q1 {q[0]:6.1f}  "
+              f"q3 {q[2]:6.1f}  min {wall[0]:6.1f}  cpu median {statistics.median(cpu):6.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
