@@ -68,6 +68,16 @@ void write_file(const fs::path& p, std::string_view content) {
   std::ofstream(p, std::ios::binary) << content;
 }
 
+// What a forked scanner wrote to its end of a pipe, read up to EOF; closes `fd`.
+std::string read_to_end(int fd) {
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return text;
+}
+
 const Process* find(const ProcessTable& t, pid_t pid) {
   auto it = std::lower_bound(t.processes.begin(), t.processes.end(), pid,
                              [](const Process& p, pid_t v) { return p.pid < v; });
@@ -195,11 +205,7 @@ TEST(ScanReal, HiddenLinksAreCountedAndAskedForOnce) {
   ::close(out[1]);
   ASSERT_GT(pid, 0);
   Child scanner(pid);
-  std::string report;
-  char buf[256];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
-    report.append(buf, static_cast<std::size_t>(n));
-  ::close(out[0]);
+  const std::string report = read_to_end(out[0]);
   int status = 0;
   while (::waitpid(scanner.pid(), &status, 0) < 0 && errno == EINTR) {
   }
@@ -1029,11 +1035,7 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   ::close(out[1]);
   ASSERT_GT(pid, 0);
   Child scanner(pid);
-  std::string report;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
-    report.append(buf, static_cast<std::size_t>(n));
-  ::close(out[0]);
+  const std::string report = read_to_end(out[0]);
   std::string want = "refused\nbash\n-c\nexec 7<" + dev +
                      "; printf r >&100; read -r x <&101\nmarker-env" +
                      "\nCUDA_VISIBLE_DEVICES=3\nLOCAL_RANK=1";
