@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -173,6 +174,15 @@ struct Started {
   std::string fallback;  // empty when the light skeleton answered
 };
 
+// The direct-reads build loads through bpf_rdonly_cast(addr, 0), which the
+// verifier takes from Linux 6.17 on. Before, it is not tried: a refused load
+// would cost each scan the verifier's time, and the probe build is that
+// kernel's build, no fallback (so no note).
+bool direct_reads_possible() {
+  utsname u{};
+  return ::uname(&u) == 0 && kernel_release_at_least(u.release, 6, 17);
+}
+
 sys::Result<Started> start_scan(const WalkMatch& walk, KernelReads reads) {
   // Every skeleton resolves CO-RE relocations against the kernel's BTF: the
   // light one in the kernel, libbpf from this file. No file, no BTF.
@@ -201,7 +211,7 @@ sys::Result<Started> start_scan(const WalkMatch& walk, KernelReads reads) {
   int last_err = 0;
   for (const auto& loader : loaders) {
     if (loader.walks && !walk.gap.empty()) continue;
-    if (loader.direct && reads != KernelReads::direct) continue;
+    if (loader.direct && (reads != KernelReads::direct || !direct_reads_possible())) continue;
     auto progs = load_with(loader.load, walk.match);
     if (progs) {
       auto iter = start_iterator(progs->first(), "BPF descriptor iterator");
@@ -715,6 +725,22 @@ KernelPrograms::KernelPrograms() = default;
 KernelPrograms::~KernelPrograms() = default;
 KernelPrograms::KernelPrograms(KernelPrograms&&) noexcept = default;
 KernelPrograms& KernelPrograms::operator=(KernelPrograms&&) noexcept = default;
+
+bool kernel_release_at_least(std::string_view release, unsigned major, unsigned minor) {
+  unsigned version[2] = {0, 0};
+  const char* at = release.data();
+  const char* end = release.data() + release.size();
+  for (unsigned i = 0; i < 2; ++i) {
+    if (i == 1) {
+      if (at == end || *at != '.') return false;
+      ++at;
+    }
+    auto [next, ec] = std::from_chars(at, end, version[i]);
+    if (ec != std::errc{}) return false;
+    at = next;
+  }
+  return version[0] > major || (version[0] == major && version[1] >= minor);
+}
 
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
                                            KernelPrograms* keep, unsigned shards,

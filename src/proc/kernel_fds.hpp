@@ -183,6 +183,10 @@ struct KernelPrograms {
 // `loaded`: called once the programs are loaded, before the walk starts (the
 // scan stops the threads that worked meanwhile: the walk's take the cores).
 // `reads`: for programs loaded by this call (kept ones stay as they loaded).
+// Whether a kernel release ("6.18.44-fc-v1272-gpu", uname's) is at least
+// major.minor; false for one that does not start with two numbers.
+bool kernel_release_at_least(std::string_view release, unsigned major, unsigned minor);
+
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
                                            KernelPrograms* keep = nullptr, unsigned shards = 1,
                                            const std::function<void()>& loaded = {},

@@ -20,10 +20,10 @@ namespace gpureap::proc {
 // error; procfs: one readlinkat per descriptor under /proc/<pid>/fd.
 enum class FdSource { automatic, kernel, procfs };
 
-// How the BPF table walk's candidate test reads a file's inode. direct:
-// plain loads through bpf_rdonly_cast where the kernel has it (6.2+), else
-// as probe does: a bpf_probe_read_kernel call per member, which every
-// kernel with iterators allows.
+// How the BPF programs read kernel memory (tasks, descriptor tables, files,
+// inodes). direct: plain loads through bpf_rdonly_cast to untrusted memory
+// where the kernel has it (6.17+), else as probe does: a bpf_probe_read_kernel
+// call per member, which every kernel with iterators allows.
 enum class KernelReads { direct, probe };
 
 struct KernelPrograms;  // kernel_fds.hpp

@@ -17,23 +17,6 @@
 /* bpf_seq_write is GPL-only, like every iterator helper. */
 char LICENSE[] SEC("license") = "GPL";
 
-/* How the candidate test reads a file's inode, the walk's hot path (3 to 6
- * members per descriptor). Built twice (src/proc/CMakeLists.txt):
- * GPUREAP_DIRECT_READS loads them through an untrusted BTF pointer made by
- * the bpf_rdonly_cast kfunc (Linux 6.2+), plain loads the JIT guards with an
- * exception table; without it each member is a bpf_probe_read_kernel call,
- * which every kernel with iterators loads. KERNEL_PTR(type, addr) makes the
- * pointer, READ_MEMBER(dst, ptr, member) reads one member (0: read). */
-#ifdef GPUREAP_DIRECT_READS
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-#define KERNEL_PTR(type, addr) \
-	((struct type *)bpf_rdonly_cast((void *)(unsigned long)(addr), bpf_core_type_id_kernel(struct type)))
-#define READ_MEMBER(dst, ptr, member) ((dst) = (ptr)->member, 0)
-#else
-#define KERNEL_PTR(type, addr) ((struct type *)(unsigned long)(addr))
-#define READ_MEMBER(dst, ptr, member) bpf_core_read(&(dst), sizeof(dst), &(ptr)->member)
-#endif
-
 /* The regular files the reader names by inode number (read-only data, set
  * before load: the simulated GPU's device files; none on a real node). */
 const volatile __u32 gpureap_match_inode_count = 0;
@@ -84,16 +67,15 @@ static __always_inline __u32 popcount64(__u64 x)
  * program's ~4 ms). */
 __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 {
-	struct file *f;
+	struct file *f = (struct file *)(unsigned long)file;
 	struct inode *inode = 0;
 	__u16 mode = 0;
 
 	if (!r || !file)
 		return 0;
-	f = KERNEL_PTR(file, file);
-	if (READ_MEMBER(inode, f, f_inode) || !inode)
+	if (READ_FIELD(inode, f, f_inode) || !inode)
 		return 0;
-	if (READ_MEMBER(mode, inode, i_mode))
+	if (READ_FIELD(mode, inode, i_mode))
 		return 0;
 	r->mode = mode;
 	r->rdev = 0;
@@ -102,7 +84,7 @@ __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 	if ((mode & 0170000) == 0020000) { /* S_ISCHR */
 		__u32 rdev = 0;
 
-		if (READ_MEMBER(rdev, inode, i_rdev) ||
+		if (READ_FIELD(rdev, inode, i_rdev) ||
 		    gpureap_never_a_gpu(rdev >> 20, rdev & 0xfffff))
 			return 0;
 		r->rdev = rdev;
@@ -114,7 +96,7 @@ __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 		__u32 dev = 0;
 		int named = 0;
 
-		if (READ_MEMBER(ino, inode, i_ino))
+		if (READ_FIELD(ino, inode, i_ino))
 			return 0;
 #pragma unroll
 		for (__u32 i = 0; i < GPUREAP_MAX_MATCH_INODES; i++) {
@@ -123,7 +105,7 @@ __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 		}
 		if (!named)
 			return 0;
-		if (READ_MEMBER(sb, inode, i_sb) || !sb || READ_MEMBER(dev, sb, s_dev))
+		if (READ_FIELD(sb, inode, i_sb) || !sb || READ_FIELD(dev, sb, s_dev))
 			return 0;
 		r->dev = dev;
 		r->ino = ino;
@@ -146,7 +128,7 @@ static long walk_descriptor(__u64 bit, void *ctx)
 		return 1; /* no open descriptor left in this word */
 	if (!(w->word & (1ULL << (bit & 63))))
 		return 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), w->fd + fd) || !file)
+	if (READ_AT(file, w->fd + fd) || !file)
 		return 0;
 	if (!gpureap_candidate((__u64)(unsigned long)file, &r))
 		return 0;
@@ -172,7 +154,7 @@ static long walk_word(__u64 index, void *ctx)
 {
 	struct walk *w = ctx;
 
-	if (bpf_probe_read_kernel(&w->word, sizeof(w->word), w->open_fds + index)) {
+	if (READ_AT(w->word, w->open_fds + index)) {
 		w->complete = 0;
 		return 1;
 	}
@@ -201,10 +183,10 @@ static __always_inline void walk_table(struct seq_file *seq, struct task_struct 
 	w.pid = (__u32)task->pid;
 	w.start_ns = task->start_boottime;
 	w.complete = 1;
-	if (bpf_core_read(&fdt, sizeof(fdt), &files->fdt) || !fdt ||
-	    bpf_core_read(&max_fds, sizeof(max_fds), &fdt->max_fds) ||
-	    bpf_core_read(&w.fd, sizeof(w.fd), &fdt->fd) ||
-	    bpf_core_read(&w.open_fds, sizeof(w.open_fds), &fdt->open_fds) ||
+	if (READ_FIELD(fdt, files, fdt) || !fdt ||
+	    READ_FIELD(max_fds, fdt, max_fds) ||
+	    READ_FIELD(w.fd, fdt, fd) ||
+	    READ_FIELD(w.open_fds, fdt, open_fds) ||
 	    max_fds > GPUREAP_MAX_FD_WORDS * 64)
 		w.complete = 0;
 	else
@@ -263,15 +245,15 @@ int gpureap_scan(struct bpf_iter__task *ctx)
 		return 0;
 	if (leader)
 		write_task_record(seq, task);
-	if (bpf_core_read(&files, sizeof(files), &task->files) || !files)
+	if (READ_FIELD(files, task, files) || !files)
 		return 0;
 	if (!leader) {
 		struct task_struct *group_leader = 0;
 		struct files_struct *leader_files = 0;
 
-		if (bpf_core_read(&group_leader, sizeof(group_leader), &task->group_leader) ||
+		if (READ_FIELD(group_leader, task, group_leader) ||
 		    !group_leader ||
-		    bpf_core_read(&leader_files, sizeof(leader_files), &group_leader->files) ||
+		    READ_FIELD(leader_files, group_leader, files) ||
 		    leader_files == files)
 			return 0;
 	}

@@ -89,8 +89,8 @@ int gpureap_load_scan_light_direct(const struct gpureap_scan_match *match,
 				   struct gpureap_scan_progs *out, char *why, size_t why_len)
 {
 	LOAD_LIGHT(gpureap_kernel_scan_direct_lskel,
-		   "(Linux 5.14+; CO-RE in the kernel 5.17+; bpf_rdonly_cast 6.2+)", match, out, why,
-		   why_len);
+		   "(Linux 5.14+; CO-RE in the kernel 5.17+; bpf_rdonly_cast to memory 6.17+)", match,
+		   out, why, why_len);
 }
 
 /* libbpf prints to stderr by default; its errors come back as return codes

@@ -36,9 +36,10 @@ int gpureap_load_scan_light(const struct gpureap_scan_match *match, struct gpure
 			    char *why, size_t why_len);
 
 /* The light skeleton of the direct-reads build (kernel_scan.bpf.c with
- * GPUREAP_DIRECT_READS): the candidate test reads inodes with plain loads
- * through bpf_rdonly_cast (a kfunc, Linux 6.2+), not a helper call per
- * member. Same contract; a kernel without the kfunc refuses it. */
+ * GPUREAP_DIRECT_READS): tasks, descriptor tables, files and inodes read with
+ * plain loads through bpf_rdonly_cast(addr, 0) (a kfunc; its cast to untrusted
+ * memory, Linux 6.17+), not a helper call each. Same contract; an older kernel
+ * refuses it. */
 int gpureap_load_scan_light_direct(const struct gpureap_scan_match *match,
 				   struct gpureap_scan_progs *out, char *why, size_t why_len);
 

@@ -10,6 +10,22 @@
 
 #include "records.h"
 
+/* How the programs read kernel memory: READ_AT(dst, addr) reads dst's size at
+ * kernel address addr, READ_FIELD(dst, ptr, member) a member (a CO-RE
+ * relocation); 0 when read. GPUREAP_DIRECT_READS (the build tried first):
+ * plain loads from read-only untrusted memory made by bpf_rdonly_cast(addr, 0)
+ * (Linux 6.17+), which the JIT guards with an exception table (a bad address
+ * reads as 0, so every pointer is checked before use). The verifier then walks
+ * no BTF pointer (each such walk searched the kernel's type names). Else each
+ * read is a bpf_probe_read_kernel call, which every kernel with iterators has. */
+#ifdef GPUREAP_DIRECT_READS
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+#define READ_AT(dst, addr) ((dst) = *(const typeof(dst) *)bpf_rdonly_cast((const void *)(addr), 0), 0)
+#else
+#define READ_AT(dst, addr) bpf_probe_read_kernel(&(dst), sizeof(dst), (const void *)(addr))
+#endif
+#define READ_FIELD(dst, ptr, member) READ_AT(dst, __builtin_preserve_access_index(&(ptr)->member))
+
 /* A pid's number at one level of PID namespaces: numbers[] is a flexible
  * array of struct upid, stepped by that struct's size in this kernel. */
 static __always_inline int read_upid_nr(__u32 *dst, const struct pid *pid, __u32 level)
@@ -17,7 +33,7 @@ static __always_inline int read_upid_nr(__u32 *dst, const struct pid *pid, __u32
 	const char *numbers = (const char *)pid + bpf_core_field_offset(struct pid, numbers);
 	const char *nr = numbers + level * bpf_core_type_size(struct upid) +
 			 bpf_core_field_offset(struct upid, nr);
-	return bpf_probe_read_kernel(dst, sizeof(*dst), nr);
+	return READ_AT(*dst, nr);
 }
 
 /* What stat holds, as do_task_stat computes it for the initial PID namespace.
@@ -31,26 +47,26 @@ static __always_inline __u32 read_stat(struct gpureap_task_record *r, struct tas
 	struct pid *group = 0, *session = 0;
 	int failed = 0;
 
-	failed |= bpf_core_read(&r->flags, sizeof(r->flags), &task->flags);
+	failed |= READ_FIELD(r->flags, task, flags);
 	if (bpf_core_field_exists(task->__state)) {
-		failed |= bpf_core_read(&r->state, sizeof(r->state), &task->__state);
+		failed |= READ_FIELD(r->state, task, __state);
 	} else {
 		struct task_struct___pre_5_14 *old = (void *)task;
 		long state = 0;
-		failed |= bpf_core_read(&state, sizeof(state), &old->state);
+		failed |= READ_FIELD(state, old, state);
 		r->state = (__u32)state;
 	}
-	failed |= bpf_core_read(&r->exit_state, sizeof(r->exit_state), &task->exit_state);
-	failed |= bpf_core_read(&r->comm, sizeof(r->comm), &task->comm);
-	failed |= bpf_core_read(&parent, sizeof(parent), &task->real_parent);
+	failed |= READ_FIELD(r->exit_state, task, exit_state);
+	failed |= bpf_core_read(&r->comm, sizeof(r->comm), &task->comm); /* an array: one helper call */
+	failed |= READ_FIELD(parent, task, real_parent);
 	if (failed || !parent)
 		return 0;
-	failed |= bpf_core_read(&r->ppid, sizeof(r->ppid), &parent->tgid);
-	failed |= bpf_core_read(&signal, sizeof(signal), &task->signal);
+	failed |= READ_FIELD(r->ppid, parent, tgid);
+	failed |= READ_FIELD(signal, task, signal);
 	if (failed || !signal)
 		return 0;
-	failed |= bpf_core_read(&group, sizeof(group), &signal->pids[GPUREAP_PIDTYPE_PGID]);
-	failed |= bpf_core_read(&session, sizeof(session), &signal->pids[GPUREAP_PIDTYPE_SID]);
+	failed |= READ_FIELD(group, signal, pids[GPUREAP_PIDTYPE_PGID]);
+	failed |= READ_FIELD(session, signal, pids[GPUREAP_PIDTYPE_SID]);
 	if (failed || !group || !session)
 		return 0;
 	/* Level 0: the reader is in the initial PID namespace (checked by the
@@ -66,7 +82,7 @@ static __always_inline __u64 read_css_set(struct task_struct *task)
 {
 	struct css_set *cset = 0;
 
-	if (bpf_core_read(&cset, sizeof(cset), &task->cgroups))
+	if (READ_FIELD(cset, task, cgroups))
 		return 0;
 	return (__u64)(unsigned long)cset;
 }
@@ -79,12 +95,12 @@ static __always_inline __u32 read_areas(struct gpureap_task_record *r, struct ta
 	struct mm_struct *mm = 0;
 	int failed = 0;
 
-	if (bpf_core_read(&mm, sizeof(mm), &task->mm) || !mm)
+	if (READ_FIELD(mm, task, mm) || !mm)
 		return 0;
-	failed |= bpf_core_read(&r->arg_start, sizeof(r->arg_start), &mm->arg_start);
-	failed |= bpf_core_read(&r->arg_end, sizeof(r->arg_end), &mm->arg_end);
-	failed |= bpf_core_read(&r->env_start, sizeof(r->env_start), &mm->env_start);
-	failed |= bpf_core_read(&r->env_end, sizeof(r->env_end), &mm->env_end);
+	failed |= READ_FIELD(r->arg_start, mm, arg_start);
+	failed |= READ_FIELD(r->arg_end, mm, arg_end);
+	failed |= READ_FIELD(r->env_start, mm, env_start);
+	failed |= READ_FIELD(r->env_end, mm, env_end);
 	return failed ? 0 : 1;
 }
 
@@ -101,17 +117,17 @@ static __always_inline void write_task_record(struct seq_file *seq, struct task_
 	r.start_ns = task->start_boottime;
 	r.uid = ~0U;
 	r.level = ~0U;
-	if (bpf_core_read(&cred, sizeof(cred), &task->real_cred) == 0 && cred) {
+	if (READ_FIELD(cred, task, real_cred) == 0 && cred) {
 		__u32 uid = 0;
 		/* Not straight into r.uid: a failed read zeroes its target (root). */
-		if (bpf_core_read(&uid, sizeof(uid), &cred->uid.val) == 0)
+		if (READ_FIELD(uid, cred, uid.val) == 0)
 			r.uid = uid;
 	}
 	r.stat_ok = read_stat(&r, task);
 	r.css_set = read_css_set(task);
 	r.areas_ok = read_areas(&r, task);
-	if (bpf_core_read(&pid, sizeof(pid), &task->thread_pid) == 0 && pid &&
-	    bpf_core_read(&level, sizeof(level), &pid->level) == 0) {
+	if (READ_FIELD(pid, task, thread_pid) == 0 && pid &&
+	    READ_FIELD(level, pid, level) == 0) {
 		r.level = level;
 #pragma unroll
 		for (__u32 i = 0; i < GPUREAP_MAX_NS_LEVELS; i++) {
