@@ -1,8 +1,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "findings/contexts.hpp"
 #include "findings/finding.hpp"
@@ -40,22 +42,29 @@ using node::NodeSnapshot;
 using node::ProcessRecord;
 
 // "pid 123 (python3)" plus ", pod ns/name container c" when known.
-std::string describe(const ProcessRecord& r) {
-  std::string s = fmt::format("pid {} ({})", r.process.pid, r.process.comm);
-  if (r.process.nspid.size() >= 2) s += fmt::format(", local pid {}", r.process.local_pid());
+// Appended to `s` with no string of its own: thousands of findings use it.
+void append_description(std::string& s, const ProcessRecord& r) {
+  auto out = std::back_inserter(s);
+  fmt::format_to(out, "pid {} ({})", r.process.pid, r.process.comm);
+  if (r.process.nspid.size() >= 2) fmt::format_to(out, ", local pid {}", r.process.local_pid());
   if (r.container) {
     const auto& c = *r.container;
     if (c.meta && !c.meta->pod_name.empty()) {
-      s += fmt::format(", pod {}/{} container {}", c.meta->pod_namespace, c.meta->pod_name,
-                       c.meta->container_name);
+      fmt::format_to(out, ", pod {}/{} container {}", c.meta->pod_namespace, c.meta->pod_name,
+                     c.meta->container_name);
     } else {
-      s += fmt::format(", container {}", c.ref.id.substr(0, 12));
-      if (!c.ref.pod_uid.empty()) s += fmt::format(" of pod uid {}", c.ref.pod_uid);
+      fmt::format_to(out, ", container {}", std::string_view(c.ref.id).substr(0, 12));
+      if (!c.ref.pod_uid.empty()) fmt::format_to(out, " of pod uid {}", c.ref.pod_uid);
     }
     if (c.deleted) s += " (deleted)";
   } else {
     s += ", host process";
   }
+}
+
+std::string describe(const ProcessRecord& r) {
+  std::string s;
+  append_description(s, r);
   return s;
 }
 
@@ -72,12 +81,18 @@ bool holds_device_node(const ProcessRecord& r) {
                      [](const proc::DeviceUse& d) { return is_device_node(d.device); });
 }
 
+void append_device_list(std::string& s, const ProcessRecord& r) {
+  bool first = true;
+  for (const auto& d : r.process.gpu_fds) {
+    if (!first) s += ", ";
+    first = false;
+    fmt::format_to(std::back_inserter(s), "{}×{}", d.device, d.count);
+  }
+}
+
 std::string device_list(const ProcessRecord& r) {
   std::string s;
-  for (const auto& d : r.process.gpu_fds) {
-    if (!s.empty()) s += ", ";
-    s += fmt::format("{}×{}", d.device, d.count);
-  }
+  append_device_list(s, r);
   return s;
 }
 
@@ -177,8 +192,11 @@ void append_hidden_holders(const NodeSnapshot& snap, const DetectOptions& opt,
     Finding f;
     f.kind = Kind::hidden_holder;
     f.pid = r.process.pid;
-    f.message = fmt::format("{} holds GPU descriptors ({}) but the driver does not list it",
-                            describe(r), device_list(r));
+    f.message.reserve(192);  // one allocation for most: thousands of these
+    append_description(f.message, r);
+    f.message += " holds GPU descriptors (";
+    append_device_list(f.message, r);
+    f.message += ") but the driver does not list it";
     if (monitor) {
       f.severity = Severity::info;
       f.advice = "A known GPU monitor (an NVML client holds descriptors without a context).";

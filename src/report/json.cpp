@@ -1,8 +1,13 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <set>
+#include <string_view>
+#include <type_traits>
 
 #include "gpu/snapshot_json.hpp"
 #include "report/report.hpp"
@@ -139,6 +144,20 @@ std::size_t utf8_sequence(std::string_view s) {
   return len;
 }
 
+// Whether the eight bytes at p are all printable ASCII other than '"' and
+// '\\' (copied as they are). Word tricks with no false "yes": a byte below
+// 0x20, a quote, a backslash or a byte from 0x80 each make it "no".
+bool plain_word(const char* p) {
+  std::uint64_t w = 0;
+  std::memcpy(&w, p, sizeof w);
+  constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
+  const auto has_zero = [](std::uint64_t v) { return (v - kOnes) & ~v & kHigh; };
+  const std::uint64_t below_space = (w - kOnes * 0x20) & ~w & kHigh;
+  return ((w & kHigh) | below_space | has_zero(w ^ (kOnes * '"')) | has_zero(w ^ (kOnes * '\\'))) ==
+         0;
+}
+
 // As nlohmann's dump(-1, ' ', false, replace) writes it, byte for byte: the
 // short escapes, \u00xx for the other control characters, UTF-8 as it is.
 // Ill-formed UTF-8 (rare: its replacement characters) is left to nlohmann.
@@ -148,6 +167,9 @@ void put_string(std::string& out, std::string_view s) {
   out += '"';
   std::size_t plain = 0;  // start of the bytes not yet copied
   for (std::size_t i = 0; i < s.size();) {
+    // The usual text (command lines, names, messages) eight bytes at a time.
+    while (s.size() - i >= 8 && plain_word(s.data() + i)) i += 8;
+    if (i == s.size()) break;
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
       const std::size_t len = utf8_sequence(s.substr(i));
@@ -201,7 +223,10 @@ void put_string(std::string& out, std::string_view s) {
 
 template <class T>
 void put_number(std::string& out, T v) {
-  fmt::format_to(std::back_inserter(out), "{}", v);
+  static_assert(std::is_integral_v<T>, "integers only: nlohmann writes floating point its own way");
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+  out.append(digits, end);
 }
 
 template <class T>
@@ -223,9 +248,8 @@ void put_numbers(std::string& out, const std::vector<T>& v) {
   out += ']';
 }
 
-void put_key(std::string& out, const char* key, bool first = false) {
-  if (!first) out += ',';
-  out += '"';
+void put_key(std::string& out, std::string_view key, bool first = false) {
+  out += first ? "\"" : ",\"";
   out += key;
   out += "\":";
 }
@@ -233,9 +257,10 @@ void put_key(std::string& out, const char* key, bool first = false) {
 }  // namespace
 
 // Keys in nlohmann's (std::map) order, so the text is byte for byte json_text(process_json).
-std::string process_json_text(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
+void append_process_json(std::string& out, const node::NodeSnapshot& snap,
+                         const node::ProcessRecord& r) {
   const auto& p = r.process;
-  std::string out = "{";
+  out += '{';
   put_key(out, "cmdline", true);
   out += '[';
   bool first = true;
@@ -349,6 +374,11 @@ std::string process_json_text(const node::NodeSnapshot& snap, const node::Proces
   put_key(out, "uid");
   put_number(out, p.uid);
   out += '}';
+}
+
+std::string process_json_text(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
+  std::string out;
+  append_process_json(out, snap, r);
   return out;
 }
 
@@ -389,9 +419,12 @@ json finding_json(const findings::Finding& f) {
 }  // namespace
 
 // Keys in nlohmann's (std::map) order, so the text is byte for byte json_text(finding_json).
-std::string finding_json_text(const findings::Finding& f) {
-  if (f.group) return json_text(finding_json(f), -1);  // a few per node: the tree is fine
-  std::string out = "{";
+void append_finding_json(std::string& out, const findings::Finding& f) {
+  if (f.group) {  // a few per node: the tree is fine
+    out += json_text(finding_json(f), -1);
+    return;
+  }
+  out += '{';
   put_key(out, "advice", true);
   put_string(out, f.advice);
   put_key(out, "gpu");
@@ -441,6 +474,11 @@ std::string finding_json_text(const findings::Finding& f) {
   put_key(out, "severity");
   put_string(out, findings::to_string(f.severity));
   out += '}';
+}
+
+std::string finding_json_text(const findings::Finding& f) {
+  std::string out;
+  append_finding_json(out, f);
   return out;
 }
 
@@ -538,7 +576,7 @@ bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   constexpr std::size_t kPiece = std::size_t{64} * 1024;
   bool ok = true;
   std::string pending;
-  pending.reserve(kPiece);
+  pending.reserve(2 * kPiece);  // a piece and the element that fills it
   auto write_pending = [out, &ok, &pending] {
     ok = ok && std::fwrite(pending.data(), 1, pending.size(), out) == pending.size();
     pending.clear();
@@ -557,18 +595,22 @@ bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   put("{\n");
   const json head = head_json(snap);
   for (const auto& [key, value] : head.items()) member(key, value, false);
-  auto array = [&](const char* key, std::size_t n, const auto& element_text) {
+  // The elements are written straight into the piece, not each into a string
+  // of its own first: thousands of them.
+  auto array = [&](const char* key, std::size_t n, const auto& append_element) {
     put(fmt::format("  \"{}\": [", key));
     for (std::size_t i = 0; i < n; ++i) {
-      put(i ? ",\n    " : "\n    ");
-      put(element_text(i));
+      pending += i ? ",\n    " : "\n    ";
+      append_element(pending, i);
+      if (pending.size() >= kPiece) write_pending();
     }
     put(n ? "\n  ],\n" : "],\n");
   };
   const auto shown = shown_processes(snap, found);
   array("processes", shown.size(),
-        [&](std::size_t i) { return process_json_text(snap, *shown[i]); });
-  array("findings", found.size(), [&](std::size_t i) { return finding_json_text(found[i]); });
+        [&](std::string& text, std::size_t i) { append_process_json(text, snap, *shown[i]); });
+  array("findings", found.size(),
+        [&](std::string& text, std::size_t i) { append_finding_json(text, found[i]); });
   const json tail = tail_json(snap, found);
   std::size_t left = tail.size();
   for (const auto& [key, value] : tail.items()) member(key, value, --left == 0);

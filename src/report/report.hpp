@@ -38,6 +38,11 @@ Summary summarize(const node::NodeSnapshot& snap, const std::vector<findings::Fi
 std::string process_json_text(const node::NodeSnapshot& snap, const node::ProcessRecord& r);
 // One entry of `findings`, the same way.
 std::string finding_json_text(const findings::Finding& f);
+// The same texts appended to `out` (write_trace_json's piece), with no string
+// of their own.
+void append_process_json(std::string& out, const node::NodeSnapshot& snap,
+                         const node::ProcessRecord& r);
+void append_finding_json(std::string& out, const findings::Finding& f);
 
 std::string render_trace_table(const node::NodeSnapshot& snap,
                                const std::vector<findings::Finding>& found);

@@ -371,6 +371,36 @@ TEST(DetectHiddenHolders, SeverityByWhatIsHeldAndWhoHoldsIt) {
       << alone[0].message;
 }
 
+TEST(DetectHiddenHolders, MessagesNameTheProcessWhereItRunsAndEachDevice) {
+  Builder b;
+  b.device(0, 0, 0);
+  auto host = process(20, 1, "python3");
+  host.gpu_fds = {{"nvidia0", 2}, {"nvidiactl", 1}};
+  b.add(host);
+  auto in_pod_ns = process(21, 1, "worker");
+  in_pod_ns.nspid = {21, 7};
+  in_pod_ns.gpu_fds = {{"nvidia1", 3}};
+  b.add(in_pod_ns, in_pod("c1", "pod-a"));
+  auto bare = process(22, 1, "job");  // a container the resolvers found no pod for
+  bare.gpu_fds = {{"nvidia-uvm", 1}};
+  container::ContainerInfo c;
+  c.ref.id = "0123456789abcdef0123";
+  c.ref.pod_uid = "uid-9";
+  c.deleted = true;
+  b.add(bare, c);
+  const auto found = gpureap::findings::detect_hidden_holders(b.build(), {});
+  ASSERT_EQ(found.size(), 3U);
+  EXPECT_EQ(found[0].message,
+            "pid 20 (python3), host process holds GPU descriptors (nvidia0×2, nvidiactl×1) but "
+            "the driver does not list it: a driver client without a GPU context");
+  EXPECT_EQ(found[1].message,
+            "pid 21 (worker), local pid 7, pod ns/pod-a container worker holds GPU descriptors "
+            "(nvidia1×3) but the driver does not list it: a driver client without a GPU context");
+  EXPECT_EQ(found[2].message,
+            "pid 22 (job), container 0123456789ab of pod uid uid-9 (deleted) holds GPU "
+            "descriptors (nvidia-uvm×1) but the driver does not list it");
+}
+
 // ---------------------------------------------------------------- who shares a context
 // Open file descriptions are opaque numbers here (the kernel's file objects,
 // or kcmp's numbering): equal numbers in two processes are one description.
@@ -870,6 +900,51 @@ TEST(JsonText, FindingsAreWrittenByteForByteAsTheTree) {
   for (std::size_t i = 0; i < found.size(); ++i) {
     EXPECT_EQ(gpureap::report::finding_json_text(found[i]), gpureap::report::json_text(tree["findings"][i], -1))
         << "finding " << i;
+  }
+}
+
+// Strings are copied eight plain bytes at a time: every byte that is not plain
+// (control, quote, backslash, DEL's neighbours, UTF-8 leads and continuations,
+// ill-formed bytes) at every offset of a word and around its edges, in strings
+// of every length up to three words, must come out as nlohmann writes it.
+TEST(JsonText, StringsAreEscapedByteForByteAtEveryOffset) {
+  using gpureap::findings::Finding;
+  const std::vector<std::string> specials = {std::string(1, '\0'),
+                                             "\x01",
+                                             "\x1f",
+                                             " ",
+                                             "\"",
+                                             "\\",
+                                             "~",
+                                             "\x7f",
+                                             "\xc3\x97" /* × */,
+                                             "\xe2\x82\xac" /* € */,
+                                             "\xf0\x9f\x98\x80",
+                                             "\x80",
+                                             "\xff",
+                                             "\xc3" /* cut */,
+                                             "\n"};
+  Builder b;
+  std::vector<Finding> found;
+  for (std::size_t len = 0; len <= 24; ++len) {
+    for (std::size_t at = 0; at <= len; ++at) {
+      for (const auto& special : specials) {
+        Finding f;
+        f.kind = Kind::hidden_holder;
+        f.severity = Severity::info;
+        f.message = std::string(len, 'a');
+        f.message.insert(at, special);
+        f.advice = std::string(len, 'b') + special;
+        found.push_back(std::move(f));
+      }
+    }
+  }
+  const auto tree = gpureap::report::trace_json(b.build(), found);
+  ASSERT_EQ(tree["findings"].size(), found.size());
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    ASSERT_EQ(gpureap::report::finding_json_text(found[i]),
+              gpureap::report::json_text(tree["findings"][i], -1))
+        << "message " << ::testing::PrintToString(found[i].message);
   }
 }
 
