@@ -1,11 +1,12 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <string_view>
 #include <type_traits>
 
@@ -248,10 +249,36 @@ void put_numbers(std::string& out, const std::vector<T>& v) {
   out += ']';
 }
 
-void put_key(std::string& out, std::string_view key, bool first = false) {
-  out += first ? "\"" : ",\"";
-  out += key;
-  out += "\":";
+// A member's key as one piece of text made at compile time: `,"name":` after
+// another member, `{"name":` opening an object. Three appends per key (about
+// 25 keys per process) were a good part of the writer's time.
+template <std::size_t N>
+struct JsonKey {
+  std::array<char, N + 3> text{};  // N counts the literal's NUL: lead, quotes and colon added
+  consteval JsonKey(const char (&name)[N]) {  // implicit: the literal is the key
+    text[1] = '"';
+    for (std::size_t i = 0; i + 1 < N; ++i) text[i + 2] = name[i];
+    text[N + 1] = '"';
+    text[N + 2] = ':';
+  }
+};
+
+template <char Lead, JsonKey Key>
+inline constexpr auto kKeyText = [] {
+  auto text = Key.text;
+  text[0] = Lead;
+  return text;
+}();
+
+template <JsonKey Key>
+void put_key(std::string& out) {
+  out.append(kKeyText<',', Key>.data(), kKeyText<',', Key>.size());
+}
+
+// Opens an object with its first member's key.
+template <JsonKey Key>
+void open_object(std::string& out) {
+  out.append(kKeyText<'{', Key>.data(), kKeyText<'{', Key>.size());
 }
 
 }  // namespace
@@ -260,8 +287,7 @@ void put_key(std::string& out, std::string_view key, bool first = false) {
 void append_process_json(std::string& out, const node::NodeSnapshot& snap,
                          const node::ProcessRecord& r) {
   const auto& p = r.process;
-  out += '{';
-  put_key(out, "cmdline", true);
+  open_object<"cmdline">(out);
   out += '[';
   bool first = true;
   for (std::string_view a : p.cmdline) {
@@ -270,26 +296,26 @@ void append_process_json(std::string& out, const node::NodeSnapshot& snap,
     put_string(out, a);
   }
   out += ']';
-  put_key(out, "comm");
+  put_key<"comm">(out);
   put_string(out, p.comm);
-  put_key(out, "container");
+  put_key<"container">(out);
   const auto* c = r.container.get();
   if (c == nullptr) {
     out += "null";
   } else {
-    put_key(out += '{', "deleted", true);
+    open_object<"deleted">(out);
     out += c->deleted ? "true" : "false";
-    put_key(out, "id");
+    put_key<"id">(out);
     put_string(out, c->ref.id);
-    put_key(out, "name");
+    put_key<"name">(out);
     if (c->meta) {
       put_string(out, c->meta->container_name);
     } else {
       out += "null";
     }
-    put_key(out, "runtime");
+    put_key<"runtime">(out);
     put_string(out, container::to_string(c->ref.runtime));
-    put_key(out, "source");
+    put_key<"source">(out);
     if (c->meta) {
       put_string(out, c->meta->source);
     } else {
@@ -297,46 +323,46 @@ void append_process_json(std::string& out, const node::NodeSnapshot& snap,
     }
     out += '}';
   }
-  put_key(out, "devices");
+  put_key<"devices">(out);
   out += '[';
   for (std::size_t i = 0; i < p.gpu_fds.size(); ++i) {
     if (i) out += ',';
-    put_key(out += '{', "device", true);
+    open_object<"device">(out);
     put_string(out, p.gpu_fds[i].device);
-    put_key(out, "fds");
+    put_key<"fds">(out);
     put_number(out, p.gpu_fds[i].count);
     out += '}';
   }
   out += ']';
-  put_key(out, "gpu_memory");
+  put_key<"gpu_memory">(out);
   put_number_or_null(out, snap.gpu_memory(r));
-  put_key(out, "listed");
+  put_key<"listed">(out);
   out += r.listed() ? "true" : "false";
-  put_key(out, "listings");
+  put_key<"listings">(out);
   out += '[';
   for (std::size_t i = 0; i < r.listings.size(); ++i) {
     const auto& l = snap.listings[r.listings[i]];
     if (i) out += ',';
-    put_key(out += '{', "driver_pid", true);
+    open_object<"driver_pid">(out);
     put_number(out, l.entry.pid);
-    put_key(out, "gpu");
+    put_key<"gpu">(out);
     put_number(out, l.device_index);
-    put_key(out, "pid_match");
+    put_key<"pid_match">(out);
     put_string(out, node::to_string(l.match));
-    put_key(out, "used_memory");
+    put_key<"used_memory">(out);
     put_number_or_null(out, l.entry.used_memory);
     out += '}';
   }
   out += ']';
-  put_key(out, "ns_pid");
+  put_key<"ns_pid">(out);
   put_number(out, p.local_pid());
-  put_key(out, "nspid");
+  put_key<"nspid">(out);
   put_numbers(out, p.nspid);
-  put_key(out, "pgid");
+  put_key<"pgid">(out);
   put_number(out, p.pgrp);
-  put_key(out, "pid");
+  put_key<"pid">(out);
   put_number(out, p.pid);
-  put_key(out, "pod");
+  put_key<"pod">(out);
   if (c == nullptr) {
     out += "null";
   } else {
@@ -347,31 +373,31 @@ void append_process_json(std::string& out, const node::NodeSnapshot& snap,
         put_string(out, v);
       }
     };
-    put_key(out += '{', "name", true);
+    open_object<"name">(out);
     if (c->meta) {
       str_or_null(c->meta->pod_name);
     } else {
       out += "null";
     }
-    put_key(out, "namespace");
+    put_key<"namespace">(out);
     if (c->meta) {
       str_or_null(c->meta->pod_namespace);
     } else {
       out += "null";
     }
-    put_key(out, "qos");
+    put_key<"qos">(out);
     put_string(out, container::to_string(c->ref.qos));
-    put_key(out, "uid");
+    put_key<"uid">(out);
     str_or_null(c->meta && !c->meta->pod_uid.empty() ? c->meta->pod_uid : c->ref.pod_uid);
     out += '}';
   }
-  put_key(out, "ppid");
+  put_key<"ppid">(out);
   put_number(out, p.ppid);
-  put_key(out, "sid");
+  put_key<"sid">(out);
   put_number(out, p.session);
-  put_key(out, "state");
+  put_key<"state">(out);
   put_string(out, std::string_view(&p.state, 1));
-  put_key(out, "uid");
+  put_key<"uid">(out);
   put_number(out, p.uid);
   out += '}';
 }
@@ -424,54 +450,53 @@ void append_finding_json(std::string& out, const findings::Finding& f) {
     out += json_text(finding_json(f), -1);
     return;
   }
-  out += '{';
-  put_key(out, "advice", true);
+  open_object<"advice">(out);
   put_string(out, f.advice);
-  put_key(out, "gpu");
+  put_key<"gpu">(out);
   put_number_or_null(out, f.device);
   if (names_holders(f)) {
-    put_key(out, "holders");
+    put_key<"holders">(out);
     out += '[';
     for (std::size_t i = 0; i < f.holders.size(); ++i) {
       const auto& h = f.holders[i];
       if (i > 0) out += ',';
-      put_key(out += '{', "comm", true);
+      open_object<"comm">(out);
       put_string(out, h.comm);
-      put_key(out, "pid");
+      put_key<"pid">(out);
       put_number(out, h.pid);
-      put_key(out, "reason");
+      put_key<"reason">(out);
       put_string(out, h.reason);
       out += '}';
     }
     out += ']';
   }
-  put_key(out, "kind");
+  put_key<"kind">(out);
   put_string(out, findings::to_string(f.kind));
-  put_key(out, "message");
+  put_key<"message">(out);
   put_string(out, f.message);
-  put_key(out, "pid");
+  put_key<"pid">(out);
   put_number_or_null(out, f.pid);
   if (f.kind == findings::Kind::zombie) {
-    put_key(out, "pids");
+    put_key<"pids">(out);
     put_numbers(out, f.pids);
   }
-  put_key(out, "related");
+  put_key<"related">(out);
   out += '[';
   for (std::size_t i = 0; i < f.related.size(); ++i) {
     const auto& r = f.related[i];
     if (i > 0) out += ',';
-    put_key(out += '{', "kind", true);
+    open_object<"kind">(out);
     put_string(out, findings::to_string(r.kind));
-    put_key(out, "message");
+    put_key<"message">(out);
     put_string(out, r.message);
-    put_key(out, "pid");
+    put_key<"pid">(out);
     put_number_or_null(out, r.pid);
-    put_key(out, "severity");
+    put_key<"severity">(out);
     put_string(out, findings::to_string(r.severity));
     out += '}';
   }
   out += ']';
-  put_key(out, "severity");
+  put_key<"severity">(out);
   put_string(out, findings::to_string(f.severity));
   out += '}';
 }
@@ -488,14 +513,17 @@ namespace {
 // names (zombies, orphans). Not gpureap itself.
 std::vector<const node::ProcessRecord*> shown_processes(
     const node::NodeSnapshot& snap, const std::vector<findings::Finding>& found) {
-  std::set<pid_t> named;
+  std::vector<pid_t> named;  // sorted: a node's thousands of findings, one node each in a set
+  named.reserve(found.size());
   for (const auto& f : found) {
-    if (f.pid) named.insert(*f.pid);
+    if (f.pid) named.push_back(*f.pid);
   }
+  std::sort(named.begin(), named.end());
   std::vector<const node::ProcessRecord*> out;
   for (const auto& r : snap.records) {
     if (r.process.pid == snap.self_pid) continue;
-    if (gpu_related(r) || named.count(r.process.pid) != 0) out.push_back(&r);
+    if (gpu_related(r) || std::binary_search(named.begin(), named.end(), r.process.pid))
+      out.push_back(&r);
   }
   return out;
 }
