@@ -276,8 +276,8 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text) {
   return out;
 }
 
-Argv parse_cmdline(std::string_view text) {
-  return Argv::from_text(text);
+Argv parse_cmdline(std::string_view text, const Argv& like) {
+  return Argv::from_text(text, like);
 }
 
 std::vector<std::pair<std::string, std::string>> parse_environ(std::string_view text,

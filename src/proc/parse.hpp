@@ -88,8 +88,9 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text);
 std::string unescape_octal(std::string_view s);
 
 // NUL-separated arguments. A last argument without its NUL is kept: processes
-// that rewrite their argv (setproctitle) legitimately drop it.
-Argv parse_cmdline(std::string_view text);
+// that rewrite their argv (setproctitle) legitimately drop it. Where `like`
+// holds the same text, the result shares it (Argv::from_text).
+Argv parse_cmdline(std::string_view text, const Argv& like = {});
 
 // NUL-separated KEY=VALUE; returns only `keys`, in the order found, first
 // occurrence of a key wins (as getenv). A last entry without its NUL is

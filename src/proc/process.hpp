@@ -60,8 +60,11 @@ class CgroupLines {
 // argument ended by a NUL, read as a sequence of string_views. One
 // allocation per process where a vector of strings made one per argument:
 // the scan builds one per process of the node, and on a fleet of 2,000
-// those allocations were ~7 % of trace's time. An argument never holds a
-// NUL (the kernel's cannot); push_back would split one that did.
+// those allocations were ~7 % of trace's time. The text is immutable and
+// shared: copies cost no allocation, and processes with the same argv (a
+// server's forked workers, DataLoader workers, torchrun's ranks) can hold one
+// text (from_text's `like`). An argument never holds a NUL (the kernel's
+// cannot); push_back would split one that did.
 class Argv {
  public:
   class const_iterator {
@@ -97,16 +100,18 @@ class Argv {
     for (std::string_view a : args) push_back(a);
   }
   // The text of /proc/PID/cmdline: split at NULs; a last argument without its
-  // NUL is kept (processes that rewrite their argv drop it).
-  static Argv from_text(std::string_view text) {
+  // NUL is kept (processes that rewrite their argv drop it). Where `like`
+  // holds this very text, the result shares it: no allocation, no copy.
+  static Argv from_text(std::string_view text) { return from_text(text, Argv()); }
+  static Argv from_text(std::string_view text, const Argv& like) {
+    if (text.empty()) return {};
+    if (text == like.text()) return like;
+    const bool ended = text.back() == '\0';
     Argv a;
-    if (text.empty()) return a;
-    a.text_.reserve(text.size() + 1);
-    a.text_.assign(text);
-    if (text.back() != '\0') a.text_.push_back('\0');
+    a.adopt(text, ended ? std::string_view{} : std::string_view("\0", 1));
     // memchr from NUL to NUL: std::count went byte by byte (~4 % of a scan's user time).
-    const char* at = a.text_.data();
-    const char* const end = at + a.text_.size();
+    const char* at = a.text_.get();
+    const char* const end = at + a.size_;
     while (const void* nul = std::memchr(at, '\0', static_cast<std::size_t>(end - at))) {
       ++a.count_;
       at = static_cast<const char*>(nul) + 1;
@@ -114,29 +119,42 @@ class Argv {
     return a;
   }
 
+  // A new text: the one shared so far is left to its other holders.
   void push_back(std::string_view arg) {
-    text_.append(arg);
-    text_.push_back('\0');
-    ++count_;
+    const std::string_view was = text();
+    Argv grown;
+    grown.adopt(was, arg, std::string_view("\0", 1));
+    grown.count_ = count_ + 1;
+    *this = std::move(grown);
   }
-  void clear() {
-    text_.clear();
-    count_ = 0;
-  }
+  void clear() { *this = Argv{}; }
   [[nodiscard]] std::size_t size() const { return count_; }
   [[nodiscard]] bool empty() const { return count_ == 0; }
-  [[nodiscard]] const_iterator begin() const { return const_iterator(text_.data()); }
-  [[nodiscard]] const_iterator end() const { return const_iterator(text_.data() + text_.size()); }
+  [[nodiscard]] const_iterator begin() const { return const_iterator(text_.get()); }
+  [[nodiscard]] const_iterator end() const { return const_iterator(text_.get() + size_); }
   [[nodiscard]] std::string_view front() const { return *begin(); }
   [[nodiscard]] std::vector<std::string> strings() const { return {begin(), end()}; }
+  // The arguments as /proc/PID/cmdline gives them, each NUL-ended.
+  [[nodiscard]] std::string_view text() const { return {text_.get(), size_}; }
 
-  bool operator==(const Argv&) const = default;
+  bool operator==(const Argv& o) const { return count_ == o.count_ && text() == o.text(); }
   friend bool operator==(const Argv& a, const std::vector<std::string>& v) {
     return a.size() == v.size() && std::equal(a.begin(), a.end(), v.begin());
   }
 
  private:
-  std::string text_;
+  // text_ becomes the pieces joined, in one allocation (the count with it).
+  template <class... Pieces>
+  void adopt(Pieces... pieces) {
+    size_ = (pieces.size() + ...);
+    auto joined = std::make_shared_for_overwrite<char[]>(size_);
+    char* at = joined.get();
+    ((at = std::copy(pieces.begin(), pieces.end(), at)), ...);
+    text_ = std::move(joined);
+  }
+
+  std::shared_ptr<const char[]> text_;
+  std::size_t size_ = 0;
   std::size_t count_ = 0;
 };
 

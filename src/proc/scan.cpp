@@ -156,6 +156,14 @@ struct Reader {
     return 0;
   }
 
+  // The argv this reader built last: forked workers sit at consecutive pids
+  // with one argv (a server's, DataLoader's, torchrun's), and share one text.
+  Argv last_cmdline;
+  Argv cmdline_from(std::string_view arguments) {
+    last_cmdline = parse_cmdline(arguments, last_cmdline);
+    return last_cmdline;
+  }
+
   // process_vm_readv was refused once (EPERM: a security module or the
   // ptrace policy; ENOSYS): the rest of this scan reads /proc, and a
   // refusal that is audited is audited once, not per process.
@@ -177,7 +185,7 @@ struct Reader {
         // rewritten (setproctitle): the file then reads on into the
         // environment (get_mm_proctitle), so it is asked.
         if (cmdline && (arg_len == 0 || copied[arg_len - 1] == '\0')) {
-          p.cmdline = parse_cmdline(copied.substr(0, arg_len));
+          p.cmdline = cmdline_from(copied.substr(0, arg_len));
           cmdline = false;
         }
         env = false;
@@ -186,7 +194,7 @@ struct Reader {
     if (cmdline) {
       p.cmdline.clear();
       if (int err = read_into(dir, at("cmdline"), true); err == 0) {
-        p.cmdline = parse_cmdline(text);
+        p.cmdline = cmdline_from(text);
       } else if (by_path && classify_errno(err) == Outcome::vanished) {
         if (why != nullptr)
           *why = "read proc/" + std::to_string(pid) + "/cmdline: " + std::strerror(err);
@@ -437,7 +445,7 @@ struct Reader {
       return Outcome::ok;
     }
     // The rest is best effort: a zombie has no cmdline, environ may be denied.
-    if (read_into(pfd, "cmdline", true) == 0) p.cmdline = parse_cmdline(text);
+    if (read_into(pfd, "cmdline", true) == 0) p.cmdline = cmdline_from(text);
     take_cgroups(pfd, by_name, task, p);
     if (options.read_fds) take_fds(pfd, p);
     if (env_wanted(p) && read_into(pfd, "environ", true) == 0) p.env = parse_environ(text, options.env_keys);
@@ -608,7 +616,7 @@ void list_and_read_ahead(const sys::HostRoot& root, const ScanOptions& options, 
     for (std::size_t i = begin; i < end; ++i) {
       const std::uint64_t tick = boot_clock_ticks();
       if (reader.read_into(l.proc_fd, reader.proc_path(l.pids[i], "cmdline"), true) != 0) continue;
-      l.slots[i].cmdline = parse_cmdline(reader.text);
+      l.slots[i].cmdline = reader.cmdline_from(reader.text);
       l.cmdline_at[i] = tick;
     }
   }

@@ -363,6 +363,35 @@ TEST(Argv, ReadsAsTheArgumentsItWasGiven) {
   EXPECT_EQ(a, Argv{});
 }
 
+TEST(Argv, TheSameTextAsAnothersIsSharedAndNeverChangedThroughIt) {
+  const std::string text("python3\0-m\0torch.distributed.run\0", 33);
+  const Argv first = parse_cmdline(text);
+  const Argv second = parse_cmdline(text, first);
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(second.text().data(), first.text().data());  // one text for both
+  EXPECT_EQ(second.size(), 3U);
+  // Another text, or the same arguments without the last NUL: a text of its own.
+  const Argv other = parse_cmdline(std::string("python3\0-m\0torch\0", 17), first);
+  EXPECT_NE(other.text().data(), first.text().data());
+  EXPECT_EQ(other, (std::vector<std::string>{"python3", "-m", "torch"}));
+  const Argv unended = parse_cmdline(text.substr(0, text.size() - 1), first);
+  EXPECT_EQ(unended, first);
+  EXPECT_NE(unended.text().data(), first.text().data());
+  // Nothing shares with an empty argv.
+  EXPECT_TRUE(parse_cmdline("", first).empty());
+  EXPECT_EQ(parse_cmdline(text, Argv{}).text(), text);
+  // A change to one holder is its own: the other still reads the three arguments.
+  Argv changed = second;
+  changed.push_back("--nproc-per-node=8");
+  EXPECT_EQ(changed.size(), 4U);
+  EXPECT_EQ(changed.strings().back(), "--nproc-per-node=8");
+  EXPECT_EQ(first.strings(), (std::vector<std::string>{"python3", "-m", "torch.distributed.run"}));
+  EXPECT_EQ(second, first);
+  changed.clear();
+  EXPECT_EQ(first.size(), 3U);
+  EXPECT_EQ(first.text(), text);
+}
+
 TEST(Argv, ACommandLineIsItsArgumentsJoinedOrItsCommInBrackets) {
   Process p;
   p.comm = "kworker/0:1";

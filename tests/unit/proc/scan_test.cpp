@@ -1043,6 +1043,42 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   EXPECT_EQ(report, want);
 }
 
+// Forked workers (no exec) have the test's own argv. Read in pid order, a
+// worker after another shares its text: one allocation for all of them where
+// the scan used to make one each. Only runs of neighbouring pids share, so
+// some pair of 16 must (another process could take a pid between any two).
+TEST(ScanReal, ForkedWorkersWithOneArgvShareItsText) {
+  std::vector<Child> workers;
+  for (int i = 0; i < 16; ++i) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      for (;;) ::pause();  // SIGKILLed by ~Child
+    }
+    ASSERT_GT(pid, 0);
+    workers.emplace_back(pid);
+  }
+  after_this_clock_tick();
+  auto root = slash();
+  const std::string own = proc_file(::getpid(), "cmdline");
+  for (FdSource source : {FdSource::procfs, FdSource::kernel}) {
+    ScanOptions opts;
+    opts.fd_source = source;
+    auto t = scan_processes(root, opts);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    std::vector<const char*> texts;
+    for (const Child& w : workers) {
+      const Process* p = find(*t, w.pid());
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(p->cmdline.text(), own);
+      texts.push_back(p->cmdline.text().data());
+    }
+    std::sort(texts.begin(), texts.end());
+    EXPECT_NE(std::adjacent_find(texts.begin(), texts.end()), texts.end())
+        << "no two workers share one argv text (" << (source == FdSource::kernel ? "bpf" : "procfs")
+        << ")";
+  }
+}
+
 // The process's own /proc/PID/cgroup, parsed as the scan parses it; empty once it is gone.
 std::vector<CgroupLine> proc_cgroups(pid_t pid) {
   auto text = slash().read_file("proc/" + std::to_string(pid) + "/cgroup");
