@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Alternates builds of `gpureap trace --json` (one thread) and the library scan
 on the bench fleet, each run pinned to one CPU, and prints medians, quartiles,
-the best run and CPU time per build. Run it inside the fleet:
+the best run, CPU time and minor page faults per build. Run it inside the fleet:
 
   bench_scan_run --bench-scan B/bench_scan --gpureap B/gpureap --repeat 1 \\
     --extra 'python3 bench/scan/ab_pinned.py 31 base=DIR1 new=DIR2'
@@ -32,7 +32,8 @@ def timed(cmd):
     wall = (time.perf_counter() - start) * 1e3
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1e3
-    return wall, cpu
+    faults = after.ru_minflt - before.ru_minflt
+    return wall, cpu, faults
 
 
 def main():
@@ -50,9 +51,11 @@ def main():
     for (tool, name), samples in sorted(results.items()):
         wall = sorted(s[0] for s in samples)
         cpu = sorted(s[1] for s in samples)
+        faults = statistics.median(s[2] for s in samples)
         q = statistics.quantiles(wall, n=4)
         print(f"{tool:5s} {name:6s} wall median {statistics.median(wall):6.1f}  q1 {q[0]:6.1f}  "
-              f"q3 {q[2]:6.1f}  min {wall[0]:6.1f}  cpu median {statistics.median(cpu):6.1f} ms")
+              f"q3 {q[2]:6.1f}  min {wall[0]:6.1f}  cpu median {statistics.median(cpu):6.1f} ms  "
+              f"minor faults {faults:.0f}")
 
 
 if __name__ == "__main__":
