@@ -68,16 +68,31 @@ using TableRecord = gpureap_table_record;
 using TaskRecord = gpureap_task_record;
 using EndRecord = gpureap_end_record;
 using CssRecord = gpureap_css_record;
+using ArgsRecord = gpureap_args_record;
 static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(TaskRecord) == 144 &&
-              sizeof(EndRecord) == 8 && sizeof(CssRecord) == 16);
+              sizeof(EndRecord) == 8 && sizeof(CssRecord) == 16 && sizeof(ArgsRecord) == 24);
+// One task's records never span two reads: they fit the iterator's buffer
+// (8 pages) together, with the iteration's end.
+static_assert(sizeof(TaskRecord) + GPUREAP_MAX_CANDIDATES * sizeof(FdRecord) + sizeof(TableRecord) +
+                  sizeof(ArgsRecord) + GPUREAP_ARGS_BYTES + sizeof(EndRecord) <=
+              32768);
 static_assert(sizeof(gpureap_scan_match::inodes) / sizeof(gpureap_scan_match::inodes[0]) ==
               GPUREAP_MAX_MATCH_INODES);
 constexpr unsigned kMaxNsLevels = GPUREAP_MAX_NS_LEVELS;
 constexpr std::uint32_t kPfExiting = 0x4;  // include/linux/sched.h: PF_EXITING
 
-// A record's size from its kind (records.h); 0 for a kind we do not know.
-std::size_t record_size(std::uint32_t kind) {
+// A record's size from its kind (records.h), and for an args record from
+// its header (`have` bytes at `bytes`; SIZE_MAX: the header is not all there
+// yet); 0 for a kind we do not know or a size that is not its own.
+std::size_t record_size(std::uint32_t kind, const char* bytes, std::size_t have) {
   switch (kind) {
+    case GPUREAP_REC_ARGS: {
+      if (have < sizeof(ArgsRecord)) return SIZE_MAX;
+      ArgsRecord r{};
+      std::memcpy(&r, bytes, sizeof r);
+      const std::uint64_t carried = std::uint64_t{r.arg_len} + r.env_len;
+      return carried <= GPUREAP_ARGS_BYTES && r.size == sizeof r + carried ? r.size : 0;
+    }
     case GPUREAP_REC_FD:
       return sizeof(FdRecord);
     case GPUREAP_REC_TABLE:
@@ -132,8 +147,9 @@ struct WalkMatch {
   std::string gap;
 };
 
-WalkMatch walk_match(const DeviceMatcher& devices) {
+WalkMatch walk_match(const DeviceMatcher& devices, bool copy_env) {
   WalkMatch m;
+  m.match.copy_env = copy_env ? 1 : 0;
   for (const auto& n : devices.nodes) {
     if (n.rdev || !n.file) continue;
     if (m.match.count == GPUREAP_MAX_MATCH_INODES) {
@@ -229,7 +245,9 @@ sys::Result<Started> start_scan(const WalkMatch& walk, KernelReads reads) {
 // none and the task_file form (more than it takes).
 std::vector<std::uint64_t> walk_key(const WalkMatch& walk) {
   if (!walk.gap.empty()) return {~0ULL};
-  return {walk.match.inodes, walk.match.inodes + walk.match.count};
+  std::vector<std::uint64_t> key(walk.match.inodes, walk.match.inodes + walk.match.count);
+  key.push_back(walk.match.copy_env);  // never an inode number of a regular file: 0 or 1
+  return key;
 }
 
 // The kept programs (copies of their descriptors), the walk switched back on,
@@ -253,7 +271,8 @@ template <class Fn>
 sys::Status read_iterator(int iter_fd, const std::string& what, Fn&& fn) {
   // A read returns at most the iterator's own buffer (8 pages), and only the
   // pages the kernel writes are touched (no zeroing): shares read at once.
-  constexpr std::size_t kSize = 32768 + 4096;
+  // Room for a cut record too, should a read ever end inside one.
+  constexpr std::size_t kSize = 32768 + sizeof(ArgsRecord) + GPUREAP_ARGS_BYTES;
   const auto buf = std::make_unique_for_overwrite<char[]>(kSize);
   std::size_t carry = 0;  // bytes of a record cut by the previous read
   for (;;) {
@@ -266,10 +285,11 @@ sys::Status read_iterator(int iter_fd, const std::string& what, Fn&& fn) {
     while (have - at >= sizeof(std::uint32_t)) {
       std::uint32_t kind = 0;
       std::memcpy(&kind, buf.get() + at, sizeof kind);
-      const std::size_t size = record_size(kind);
+      const std::size_t size = record_size(kind, buf.get() + at, have - at);
       if (size == 0)
-        return sys::Error{EBADMSG, what + ": a record of unknown kind " + std::to_string(kind)};
-      if (have - at < size) break;
+        return sys::Error{EBADMSG,
+                          what + ": a record of unknown kind " + std::to_string(kind) + " or size"};
+      if (size == SIZE_MAX || have - at < size) break;
       fn(kind, buf.get() + at);
       at += size;
     }
@@ -514,13 +534,33 @@ struct Share {
   std::optional<sys::Error> failed;
 };
 
+// An args record's bytes for the task just read (its task record comes
+// first, in the same object): argv, unless the argument area was rewritten
+// (setproctitle: its last byte is not the terminating NUL, and the file reads
+// on into the environment, so the scan asks it), and the environment's keys
+// asked for. `last`: the argv taken before, shared where the text is the same
+// (forked workers at neighbouring pids).
+void take_args(const ArgsRecord& r, const char* bytes, const std::vector<std::string>& env_keys,
+               Argv& last, std::vector<KernelTask>& tasks) {
+  if (tasks.empty() || tasks.back().tgid != static_cast<pid_t>(r.tgid)) return;
+  KernelTask& t = tasks.back();
+  const std::string_view args(bytes + sizeof r, r.arg_len);
+  if (args.empty() || args.back() == '\0') {
+    last = parse_cmdline(args, last);
+    t.argv = last;
+  }
+  if (r.env_copied == 1 && !env_keys.empty())
+    t.env = parse_environ(std::string_view(bytes + sizeof r + r.arg_len, r.env_len), env_keys);
+}
+
 // Reads one share's iteration (one of `count`). `walks`: the table walk (a
 // table's count comes with its end), else task_file (one record per descriptor).
 void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& devices,
-                std::uint64_t ns_per_tick) {
+                std::uint64_t ns_per_tick, const std::vector<std::string>& env_keys) {
   Aggregator agg(devices, ns_per_tick);
   agg.reserve(4096 / count);  // a node's processes, about
   if (walks) share.tasks.reserve(4096 / count);
+  Argv last;
   auto ran = read_iterator(
       share.iter.get(), "BPF descriptor iterator", [&](std::uint32_t kind, const char* bytes) {
         switch (kind) {
@@ -533,6 +573,9 @@ void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& d
           case GPUREAP_REC_TASK:
             if (auto t = kernel_task(record_as<TaskRecord>(bytes), ns_per_tick))
               share.tasks.push_back(std::move(*t));
+            break;
+          case GPUREAP_REC_ARGS:
+            take_args(record_as<ArgsRecord>(bytes), bytes, env_keys, last, share.tasks);
             break;
           case GPUREAP_REC_END:
             share.reader = static_cast<pid_t>(record_as<EndRecord>(bytes).reader_tgid);
@@ -556,7 +599,8 @@ void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& d
 // thread or an iteration cannot start, fewer readers share it; where the
 // shares cannot be set, this thread walks it all (shares[0]'s iteration).
 void share_walk(const ScanPrograms& programs, unsigned count, const DeviceMatcher& devices,
-                std::uint64_t ns_per_tick, std::vector<Share>& shares) {
+                std::uint64_t ns_per_tick, const std::vector<std::string>& env_keys,
+                std::vector<Share>& shares) {
   for (unsigned i = 1; i < count; ++i) {
     auto iter = start_iterator(programs.scan.get(), "BPF descriptor iterator");
     if (!iter) break;
@@ -575,7 +619,7 @@ void share_walk(const ScanPrograms& programs, unsigned count, const DeviceMatche
         named.fetch_add(1);
         named.notify_one();
         go.wait(0);
-        if (go.load() == 1) read_share(shares[i], n, true, devices, ns_per_tick);
+        if (go.load() == 1) read_share(shares[i], n, true, devices, ns_per_tick, env_keys);
       });
     } catch (const std::system_error&) {
       break;
@@ -592,7 +636,7 @@ void share_walk(const ScanPrograms& programs, unsigned count, const DeviceMatche
   n = shared ? static_cast<unsigned>(shares.size()) : 1;
   go.store(shared ? 1 : -1);
   go.notify_all();
-  read_share(shares[0], n, true, devices, ns_per_tick);
+  read_share(shares[0], n, true, devices, ns_per_tick, env_keys);
   for (auto& r : readers) r.join();
   if (!shared) shares.resize(1);
 }
@@ -750,7 +794,8 @@ bool kernel_release_at_least(std::string_view release, unsigned major, unsigned 
 
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
                                            KernelPrograms* keep, unsigned shards,
-                                           const std::function<void()>& loaded, KernelReads reads) {
+                                           const std::function<void()>& loaded, KernelReads reads,
+                                           const std::vector<std::string>& env_keys) {
   if (auto gap = kernel_match_gap(devices); !gap.empty()) return sys::Error{EINVAL, gap};
   // The iterator walks the reader's own PID namespace: only from the initial
   // one does it see the node (a container's prestop or observe never does).
@@ -769,7 +814,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
     return sys::Error{EINVAL, "clock ticks per second: " + std::to_string(hz)};
   const auto ns_per_tick = static_cast<std::uint64_t>(1000000000L / hz);
 
-  const WalkMatch walk = walk_match(devices);
+  const WalkMatch walk = walk_match(devices, !env_keys.empty());
   std::optional<Started> started;
   if (keep != nullptr && keep->kept && keep->kept->key == walk_key(walk)) {
     auto again = restart(*keep->kept);
@@ -803,9 +848,9 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   shares[0].iter = std::move(started->iter);
   if (walks && shards > 1) {
     share_walk(programs, std::min(shards, static_cast<unsigned>(GPUREAP_MAX_SHARDS)), devices,
-               ns_per_tick, shares);
+               ns_per_tick, env_keys, shares);
   } else {
-    read_share(shares[0], 1, walks, devices, ns_per_tick);
+    read_share(shares[0], 1, walks, devices, ns_per_tick, env_keys);
   }
   for (auto& share : shares) {
     if (share.failed) return *share.failed;

@@ -88,6 +88,14 @@ struct KernelTask {
   std::uint64_t css_set = 0;
   // Unset without an mm (a kernel thread, a zombie) or when unread.
   std::optional<MemoryAreas> areas;
+  // What /proc/PID/cmdline would give, copied from its memory by the
+  // iterator itself (the direct-reads build); unset where it did not (areas
+  // too large, unreadable, or rewritten by setproctitle: the file then reads
+  // on into the environment) and the scan copies or reads it.
+  std::optional<Argv> argv;
+  // The environment's keys asked for (read_kernel_fds' env_keys), copied with
+  // argv for a process whose table had GPU candidates; unset where it was not.
+  std::optional<std::vector<std::pair<std::string, std::string>>> env;
 };
 
 // The state letter /proc/PID/stat shows for a task's __state and exit_state
@@ -183,13 +191,16 @@ struct KernelPrograms {
 // `loaded`: called once the programs are loaded, before the walk starts (the
 // scan stops the threads that worked meanwhile: the walk's take the cores).
 // `reads`: for programs loaded by this call (kept ones stay as they loaded).
-// Whether a kernel release ("6.18.44-fc-v1272-gpu", uname's) is at least
-// major.minor; false for one that does not start with two numbers.
-bool kernel_release_at_least(std::string_view release, unsigned major, unsigned minor);
-
+// `env_keys`: non-empty, the iterator copies the environment of processes
+// whose tables had GPU candidates too (KernelTask::env, those keys only).
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,
                                            KernelPrograms* keep = nullptr, unsigned shards = 1,
                                            const std::function<void()>& loaded = {},
-                                           KernelReads reads = KernelReads::direct);
+                                           KernelReads reads = KernelReads::direct,
+                                           const std::vector<std::string>& env_keys = {});
+
+// Whether a kernel release ("6.18.44-fc-v1272-gpu", uname's) is at least
+// major.minor; false for one that does not start with two numbers.
+bool kernel_release_at_least(std::string_view release, unsigned major, unsigned minor);
 
 }  // namespace gpureap::proc

@@ -174,6 +174,16 @@ struct Reader {
   template <class PathOf>
   Outcome take_args(int dir, const PathOf& at, pid_t pid, const KernelTask& task, bool cmdline,
                     bool env, bool by_path, Process& p, std::string* why) {
+    // What the iterator copied itself (the direct-reads build).
+    if (task.argv) {
+      p.cmdline = *task.argv;
+      last_cmdline = p.cmdline;
+      cmdline = false;
+    }
+    if (env && task.env) {
+      p.env = *task.env;
+      env = false;
+    }
     if (task.areas && (cmdline || env) && !memory_reads_refused) {
       const AreaCopy c = copy_areas(pid, *task.areas, cmdline, env, text);
       memory_reads_refused = c == AreaCopy::refused;
@@ -663,7 +673,8 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
     const DeviceMatcher no_devices;
     auto k = read_kernel_fds(
         root, options.devices != nullptr ? *options.devices : no_devices, options.kernel_programs,
-        std::max(1u, options.threads), [&spare] { spare.stop(); }, options.kernel_reads);
+        std::max(1u, options.threads), [&spare] { spare.stop(); }, options.kernel_reads,
+        options.env_keys);
     if (k) {
       kernel = std::move(k.value());
       fds_note = std::move(kernel->loader_note);

@@ -11,7 +11,22 @@
  * descriptors, read from the table itself (no file reference taken per
  * descriptor, as the task_file iterator takes). One program: each costs its
  * load a search of the kernel's BTF for its attach point.
- * kernel_scan_compat.bpf.c is the task_file form, for kernels before 5.17. */
+ * kernel_scan_compat.bpf.c is the task_file form, for kernels before 5.17.
+ *
+ * The direct-reads build (GPUREAP_DIRECT_READS, Linux 6.17+) is sleepable:
+ * after a leader's table it copies the leader's argv (and, asked for, the
+ * environment of one whose table had candidates) from its memory with
+ * bpf_copy_from_user_task, which the reader would otherwise copy with a
+ * process_vm_readv each (that one pins the pages, and so gives a forked
+ * worker its own copy of a page it shared with its parent; this one reads
+ * them as /proc/PID/cmdline does). A sleepable program runs without the RCU
+ * read lock, and taking it (bpf_rcu_read_lock) would cost each load two more
+ * searches of the kernel's BTF for the kfuncs' names (0.8 ms measured on the
+ * dev VM): the walk reads with loads that cannot fault (a bad address reads
+ * as 0), and a table the task replaced while it was walked (its descriptors
+ * grew past the table; the old one is freed after a grace period, which
+ * may pass while this program sleeps) is reported incomplete, and the reader
+ * walks /proc/PID/fd instead. */
 #include "kernel_tasks.bpf.h"
 
 /* bpf_seq_write is GPL-only, like every iterator helper. */
@@ -21,6 +36,10 @@ char LICENSE[] SEC("license") = "GPL";
  * before load: the simulated GPU's device files; none on a real node). */
 const volatile __u32 gpureap_match_inode_count = 0;
 const volatile __u64 gpureap_match_inodes[GPUREAP_MAX_MATCH_INODES] = {};
+
+/* 1: copy the environment too, for a leader whose table had candidates
+ * (read-only data, set before load). */
+const volatile __u32 gpureap_copy_env = 0;
 
 /* 0: css_set records only. The reader clears it to run the program again
  * for the css_set re-check (proc/scan.cpp), which needs nothing else. */
@@ -34,6 +53,18 @@ volatile __u32 gpureap_walk_tables = 1;
  * reader sets them all in one map update. */
 volatile __u32 gpureap_shard_count SEC(".data") = 0;
 volatile __u32 gpureap_shard_readers[GPUREAP_MAX_SHARDS] SEC(".data") = {};
+
+#ifdef GPUREAP_DIRECT_READS
+/* Where the argument and environment areas are copied before they are
+ * written: one buffer per reader (a sleepable program can be preempted while
+ * it copies, and another reader run on the same CPU). */
+struct {
+	__uint(type, 2); /* BPF_MAP_TYPE_ARRAY */
+	__uint(max_entries, GPUREAP_MAX_SHARDS);
+	__type(key, __u32);
+	__type(value, char[GPUREAP_ARGS_BYTES]);
+} gpureap_args_buf SEC(".maps");
+#endif
 
 /* One table's walk, shared by its loops' callbacks (on the program's stack). */
 struct walk {
@@ -169,9 +200,11 @@ static long walk_word(__u64 index, void *ctx)
 /* Each descriptor table once: a thread-group leader's, and a thread's that
  * has its own (unshare(CLONE_FILES)); threads sharing the leader's are
  * skipped, as the task_file iterator skips them. The table is read under
- * the iterator's RCU read lock, as the kernel's own lockless lookups read it. */
-static __always_inline void walk_table(struct seq_file *seq, struct task_struct *task,
-				       struct files_struct *files)
+ * the iterator's RCU read lock, as the kernel's own lockless lookups read it
+ * (the probe build; the direct-reads build checks the table is still the
+ * task's once walked). */
+static __always_inline __u32 walk_table(struct seq_file *seq, struct task_struct *task,
+					struct files_struct *files)
 {
 	struct fdtable *fdt = 0;
 	unsigned int max_fds = 0;
@@ -191,6 +224,13 @@ static __always_inline void walk_table(struct seq_file *seq, struct task_struct 
 		w.complete = 0;
 	else
 		bpf_loop((max_fds + 63) / 64, walk_word, &w, 0);
+	/* Replaced meanwhile: what was read may be a freed table's. */
+	if (w.complete) {
+		struct fdtable *now = 0;
+
+		if (READ_FIELD(now, files, fdt) || now != fdt)
+			w.complete = 0;
+	}
 
 	end.kind = GPUREAP_REC_TABLE;
 	end.tgid = w.tgid;
@@ -199,26 +239,80 @@ static __always_inline void walk_table(struct seq_file *seq, struct task_struct 
 	end.start_ns = w.start_ns;
 	end.complete = w.complete;
 	bpf_seq_write(seq, &end, sizeof(end));
+	return w.written;
 }
 
-/* Whether this reader writes the task's process. A reader not named (none
- * should read while shares are set) writes nothing: a process written by two
- * readers would count twice; one written by none is read from /proc. */
-static __always_inline int in_share(const struct task_struct *task)
+/* This reader's share (0 when one reader writes every process), or -1 when
+ * the task's process is not in it. A reader not named (none should read
+ * while shares are set) writes nothing: a process written by two readers
+ * would count twice; one written by none is read from /proc. */
+static __always_inline int share_of(const struct task_struct *task)
 {
 	const __u32 count = gpureap_shard_count;
 	const __u32 me = (__u32)bpf_get_current_pid_tgid();
 
 	if (count <= 1)
-		return 1;
+		return 0;
 	for (__u32 i = 0; i < GPUREAP_MAX_SHARDS && i < count; i++) {
 		if (gpureap_shard_readers[i] == me)
-			return (__u32)task->tgid % count == i;
+			return (__u32)task->tgid % count == i ? (int)i : -1;
 	}
-	return 0;
+	return -1;
 }
 
+#ifdef GPUREAP_DIRECT_READS
+/* A leader's argv, and with `env` its environment when that area follows
+ * the argument area (as exec lays them out) and both fit: one copy. None
+ * where they do not fit or cannot be read; the reader copies those. A global
+ * function, like gpureap_candidate: the verifier checks it once, not once for
+ * each state the table walk can end in. */
+__noinline int gpureap_args(struct bpf_iter__task *ctx __attribute__((btf_decl_tag("arg:ctx"))),
+			    const struct gpureap_task_record *areas, __u32 share, int env)
+{
+	struct gpureap_args_record r = {};
+	struct task_struct *task;
+	struct seq_file *seq;
+	__u64 arg_len, env_len, len;
+	char *buf;
+
+	if (!ctx || !areas || !areas->areas_ok || areas->arg_end < areas->arg_start)
+		return 0;
+	task = ctx->task;
+	seq = ctx->meta->seq;
+	if (!task)
+		return 0;
+	arg_len = areas->arg_end - areas->arg_start;
+	env_len = areas->env_end - areas->env_start;
+	len = arg_len;
+	if (env && areas->env_start == areas->arg_end && areas->env_end >= areas->env_start &&
+	    arg_len + env_len <= GPUREAP_ARGS_BYTES) {
+		len = arg_len + env_len;
+		r.env_copied = 1;
+		r.env_len = (__u32)env_len;
+	}
+	if (len > GPUREAP_ARGS_BYTES)
+		return 0;
+	buf = bpf_map_lookup_elem(&gpureap_args_buf, &share);
+	if (!buf)
+		return 0;
+	if (len && bpf_copy_from_user_task(buf, (__u32)len, (const void *)(unsigned long)areas->arg_start,
+					   task, 0))
+		return 0;
+	r.kind = GPUREAP_REC_ARGS;
+	r.tgid = (__u32)task->tgid;
+	r.arg_len = (__u32)arg_len;
+	r.size = (__u32)(sizeof(r) + len);
+	bpf_seq_write(seq, &r, sizeof(r));
+	if (len)
+		bpf_seq_write(seq, buf, (__u32)len);
+	return 1;
+}
+
+SEC("iter.s/task")
+#else
 SEC("iter/task")
+#endif
+
 int gpureap_scan(struct bpf_iter__task *ctx)
 {
 	struct seq_file *seq = ctx->meta->seq;
@@ -241,12 +335,17 @@ int gpureap_scan(struct bpf_iter__task *ctx)
 		}
 		return 0;
 	}
-	if (!in_share(task))
+	const int share = share_of(task);
+	struct gpureap_task_record areas;
+	__u32 candidates = 0;
+
+	if (share < 0)
 		return 0;
+	areas.areas_ok = 0;
 	if (leader)
-		write_task_record(seq, task);
+		write_task_record(seq, task, &areas);
 	if (READ_FIELD(files, task, files) || !files)
-		return 0;
+		goto args;
 	if (!leader) {
 		struct task_struct *group_leader = 0;
 		struct files_struct *leader_files = 0;
@@ -257,6 +356,12 @@ int gpureap_scan(struct bpf_iter__task *ctx)
 		    leader_files == files)
 			return 0;
 	}
-	walk_table(seq, task, files);
+	candidates = walk_table(seq, task, files);
+args:
+#ifdef GPUREAP_DIRECT_READS
+	if (leader)
+		gpureap_args(ctx, &areas, (__u32)share, gpureap_copy_env && candidates);
+#endif
+	(void)candidates;
 	return 0;
 }

@@ -57,6 +57,6 @@ int gpureap_tasks(struct bpf_iter__task *ctx)
 	}
 	if (task->tgid != task->pid)
 		return 0; /* threads: their leader speaks for the process */
-	write_task_record(ctx->meta->seq, task);
+	write_task_record(ctx->meta->seq, task, 0);
 	return 0;
 }

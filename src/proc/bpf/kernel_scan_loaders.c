@@ -51,6 +51,7 @@ static int kept(struct gpureap_scan_progs *out, int a, int b, int err, char *why
 #define SET_MATCH(rodata, match)                                                   \
 	do {                                                                       \
 		(rodata)->gpureap_match_inode_count = (match)->count;              \
+		(rodata)->gpureap_copy_env = (match)->copy_env;                    \
 		for (unsigned i_ = 0; i_ < (match)->count && i_ < 8; i_++)         \
 			(rodata)->gpureap_match_inodes[i_] = (match)->inodes[i_]; \
 	} while (0)

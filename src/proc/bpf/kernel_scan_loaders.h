@@ -21,10 +21,13 @@ struct gpureap_scan_progs {
 };
 
 /* What the table walk matches regular files by: inode numbers
- * (count <= GPUREAP_MAX_MATCH_INODES), set as read-only data before load. */
+ * (count <= GPUREAP_MAX_MATCH_INODES), set as read-only data before load;
+ * and copy_env (1: the direct-reads build copies the environment of leaders
+ * whose tables had candidates, with their argv). */
 struct gpureap_scan_match {
 	unsigned count;
 	unsigned long long inodes[8];
+	unsigned copy_env;
 };
 
 /* The light skeleton: the kernel runs a loader program (BPF_PROG_TYPE_SYSCALL,

@@ -104,8 +104,10 @@ static __always_inline __u32 read_areas(struct gpureap_task_record *r, struct ta
 	return failed ? 0 : 1;
 }
 
-/* The task record of a thread-group leader. */
-static __always_inline void write_task_record(struct seq_file *seq, struct task_struct *task)
+/* The task record of a thread-group leader. `areas`, when not NULL, gets
+ * its argument and environment areas (areas->areas_ok 0: none). */
+static __always_inline void write_task_record(struct seq_file *seq, struct task_struct *task,
+					      struct gpureap_task_record *areas)
 {
 	struct gpureap_task_record r = {};
 	const struct cred *cred = 0;
@@ -137,6 +139,13 @@ static __always_inline void write_task_record(struct seq_file *seq, struct task_
 		}
 	}
 	bpf_seq_write(seq, &r, sizeof(r));
+	if (areas) {
+		areas->areas_ok = r.areas_ok;
+		areas->arg_start = r.arg_start;
+		areas->arg_end = r.arg_end;
+		areas->env_start = r.env_start;
+		areas->env_end = r.env_end;
+	}
 }
 
 /* The iteration's end, with the reader's tgid as the initial PID namespace numbers it. */

@@ -12,6 +12,7 @@ enum gpureap_record_kind {
 	GPUREAP_REC_TASK = 3,  /* struct gpureap_task_record */
 	GPUREAP_REC_END = 4,   /* struct gpureap_end_record */
 	GPUREAP_REC_CSS = 5,   /* struct gpureap_css_record */
+	GPUREAP_REC_ARGS = 6,  /* struct gpureap_args_record, then its bytes */
 };
 
 /* One descriptor: every one (task_file), or each GPU candidate of a table
@@ -62,6 +63,29 @@ struct gpureap_css_record {
 	__u32 tgid;
 	__u64 css_set; /* 0: unreadable, or the task is exiting (PF_EXITING) */
 };
+
+/* A thread-group leader's argv, and for one whose table had GPU candidates
+ * its environment, copied from its memory by the iterator (the direct-reads
+ * build: a sleepable program, bpf_copy_from_user_task): what
+ * /proc/PID/cmdline and environ read, without a process_vm_readv per process.
+ * arg_len bytes of the argument area follow, then env_len bytes of the
+ * environment area; the record is header and bytes, `size` in all (records
+ * after it are not aligned: the reader copies each out). None where the areas
+ * do not fit the iterator's buffer or could not be read: the reader copies
+ * those itself. */
+struct gpureap_args_record {
+	__u32 kind;
+	__u32 tgid;
+	__u32 size;    /* sizeof(struct gpureap_args_record) + arg_len + env_len */
+	__u32 arg_len;
+	__u32 env_len;
+	__u32 env_copied; /* 1: env_len bytes of the environment follow (perhaps 0) */
+};
+
+/* The bytes one args record can carry: argv and environment together. With a
+ * table's candidates and records, one task's output stays under the
+ * iterator's 32 KiB buffer (records.h's other limits). */
+#define GPUREAP_ARGS_BYTES 16384
 
 /* The char devices every process has and no GPU ever is, by number: what
  * the /proc walk skips by path (/dev/null, random, urandom, tty*, console,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <linux/types.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 
 #include "child.hpp"
 #include "fixtures.hpp"
+#include "proc/bpf/records.h"
 #include "proc/kernel_fds.hpp"
 #include "proc/parse.hpp"
 #include "proc/process_memory.hpp"
@@ -1041,6 +1044,105 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
                      "\nCUDA_VISIBLE_DEVICES=3\nLOCAL_RANK=1";
   for (const auto& a : retitled_cmdline) want += "\n" + a;
   EXPECT_EQ(report, want);
+}
+
+// The direct-reads build is tried from Linux 6.17 (bpf_rdonly_cast to memory).
+bool direct_reads_tried() {
+  utsname u{};
+  return ::uname(&u) == 0 && kernel_release_at_least(u.release, 6, 17);
+}
+
+// The direct-reads build copies each leader's argv itself, and a holder's
+// environment where asked: what the files say, with no process_vm_readv.
+// Not what it cannot copy whole: a rewritten argument area (the file reads on
+// into the environment), or areas larger than its buffer; the scan copies or
+// reads those, as it does for every process under the probe build.
+TEST(KernelFds, TheIteratorCopiesArgvAndAHoldersEnvironmentItself) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  struct stat dev_st {};
+  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const std::string long_arg(GPUREAP_ARGS_BYTES + 100, 'a');
+  Pipes p1, p2, p3, p4;
+  Child holder = spawn_holder_with_env(p1, dev, "marker-env");
+  Child retitled = spawn_retitled_holder(p2, dev);
+  Child long_argv = spawn_holder_with_env(p3, dev, long_arg.c_str());
+  Child plain = spawn_ready(p4, [] {  // the same environment, no GPU candidate
+    const char* env[] = {"CUDA_VISIBLE_DEVICES=3", "LOCAL_RANK=1", nullptr};
+    ::execle("/bin/bash", "bash", "-c", "printf r >&100; read -r x <&101", "plain",
+             static_cast<char*>(nullptr), env);
+    ::_exit(127);
+  });
+  ASSERT_TRUE(holder.started() && retitled.started() && long_argv.started() && plain.started());
+  after_this_clock_tick();
+
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  auto root = slash();
+  const std::vector<std::string> keys = {"CUDA_VISIBLE_DEVICES", "LOCAL_RANK"};
+  const std::vector<std::pair<std::string, std::string>> want_env = {{"CUDA_VISIBLE_DEVICES", "3"},
+                                                                     {"LOCAL_RANK", "1"}};
+  const bool copies = direct_reads_tried();
+  auto argv_of = [](pid_t pid) { return parse_cmdline(proc_file(pid, "cmdline")); };
+  for (unsigned shards : {1u, 4u}) {
+    auto k = read_kernel_fds(root, m, nullptr, shards, {}, KernelReads::direct, keys);
+    ASSERT_TRUE(k.ok()) << k.error().message;
+    const KernelTask* h = k->find_task(holder.pid());
+    const KernelTask* r = k->find_task(retitled.pid());
+    const KernelTask* l = k->find_task(long_argv.pid());
+    const KernelTask* q = k->find_task(plain.pid());
+    ASSERT_TRUE(h != nullptr && r != nullptr && l != nullptr && q != nullptr);
+    EXPECT_EQ(h->argv.has_value(), copies) << shards;
+    EXPECT_EQ(h->env.has_value(), copies) << shards;
+    EXPECT_EQ(q->argv.has_value(), copies) << shards;
+    if (copies) {
+      EXPECT_EQ(*h->argv, argv_of(holder.pid())) << shards;
+      EXPECT_EQ(*h->env, want_env) << shards;
+      EXPECT_EQ(*q->argv, argv_of(plain.pid())) << shards;
+    }
+    EXPECT_FALSE(q->env.has_value()) << shards;  // no candidate in its table
+    EXPECT_FALSE(r->argv.has_value()) << shards;
+    EXPECT_FALSE(l->argv.has_value()) << shards;
+    EXPECT_FALSE(l->env.has_value()) << shards;
+  }
+  // Nothing copied by the probe build, no environment when none is asked for.
+  auto probe = read_kernel_fds(root, m, nullptr, 1, {}, KernelReads::probe, keys);
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  ASSERT_NE(probe->find_task(holder.pid()), nullptr);
+  EXPECT_FALSE(probe->find_task(holder.pid())->argv.has_value());
+  EXPECT_FALSE(probe->find_task(holder.pid())->env.has_value());
+  KernelPrograms kept;
+  auto with_env = read_kernel_fds(root, m, &kept, 1, {}, KernelReads::direct, keys);
+  auto without = read_kernel_fds(root, m, &kept, 1, {}, KernelReads::direct, {});
+  ASSERT_TRUE(with_env.ok() && without.ok());
+  EXPECT_EQ(kept.loads, 2U);  // kept programs copy environments or not as they loaded
+  ASSERT_NE(without->find_task(holder.pid()), nullptr);
+  EXPECT_EQ(without->find_task(holder.pid())->argv.has_value(), copies);
+  EXPECT_FALSE(without->find_task(holder.pid())->env.has_value());
+
+  // The scan gives every one what the files say, copied by whichever.
+  ScanOptions opts;
+  opts.devices = &m;
+  opts.fd_source = FdSource::kernel;
+  opts.env_keys = keys;
+  for (unsigned threads : {1u, 4u}) {
+    opts.threads = threads;
+    auto t = scan_processes(root, opts);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    for (pid_t pid : {holder.pid(), retitled.pid(), long_argv.pid(), plain.pid()}) {
+      const Process* p = find(*t, pid);
+      ASSERT_NE(p, nullptr) << pid;
+      EXPECT_EQ(p->cmdline, argv_of(pid)) << pid << " on " << threads;
+      if (pid == plain.pid()) {
+        EXPECT_TRUE(p->env.empty()) << threads;  // not a GPU user: not asked
+      } else if (pid != retitled.pid()) {
+        // The retitled one is forked from this test, with its environment.
+        EXPECT_EQ(p->env, want_env) << pid << " on " << threads;
+      }
+    }
+  }
 }
 
 // Forked workers (no exec) have the test's own argv. Read in pid order, a
