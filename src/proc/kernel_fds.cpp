@@ -70,7 +70,7 @@ using EndRecord = gpureap_end_record;
 using CssRecord = gpureap_css_record;
 using ArgsRecord = gpureap_args_record;
 static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(TaskRecord) == 144 &&
-              sizeof(EndRecord) == 8 && sizeof(CssRecord) == 16 && sizeof(ArgsRecord) == 24);
+              sizeof(EndRecord) == 16 && sizeof(CssRecord) == 16 && sizeof(ArgsRecord) == 24);
 // One task's records never span two reads: they fit the iterator's buffer
 // (8 pages) together, with the iteration's end.
 static_assert(sizeof(TaskRecord) + GPUREAP_MAX_CANDIDATES * sizeof(FdRecord) + sizeof(TableRecord) +
@@ -298,6 +298,27 @@ sys::Status read_iterator(int iter_fd, const std::string& what, Fn&& fn) {
   }
   if (carry != 0) return sys::Error{EBADMSG, what + ": a cut record at the end"};
   return sys::Ok{};
+}
+
+// The kernel's count of tasks now (every thread of every process), from the
+// host root's /proc/loadavg; nullopt when unreadable.
+std::optional<unsigned> kernel_task_count(const sys::HostRoot& root) {
+  auto text = root.read_file("proc/loadavg");
+  return text ? parse_loadavg_tasks(*text) : std::nullopt;
+}
+
+// judge_task_count, PID 1's threads read from its status when asked.
+bool saw_every_task(const sys::HostRoot& root, std::optional<unsigned> before,
+                    std::optional<unsigned> after, std::uint32_t shown,
+                    std::vector<pid_t>& leaders) {
+  const bool saw_pid1 = std::binary_search(leaders.begin(), leaders.end(), 1);
+  const TaskCount judged = judge_task_count(before, after, shown, saw_pid1, [&root] {
+    auto text = root.read_file("proc/1/status");
+    auto status = text ? parse_status(*text) : std::nullopt;
+    return status && status->tgid == 1 ? status->threads : std::nullopt;
+  });
+  if (judged == TaskCount::all_but_pid1) leaders.insert(leaders.begin(), 1);
+  return judged != TaskCount::incomplete;
 }
 
 std::uint64_t boottime_ticks(std::uint64_t ns_per_tick) {
@@ -530,7 +551,9 @@ struct Share {
   sys::UniqueFd iter;
   std::vector<KernelFdSummary> processes;  // sorted by tgid
   std::vector<KernelTask> tasks;           // in the kernel's order
+  std::vector<pid_t> leaders;              // every leader's tgid, its record read or not
   std::optional<pid_t> reader;             // the end marker's tgid
+  std::uint32_t tasks_shown = 0;           // the end marker's count
   std::optional<sys::Error> failed;
 };
 
@@ -559,7 +582,10 @@ void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& d
                 std::uint64_t ns_per_tick, const std::vector<std::string>& env_keys) {
   Aggregator agg(devices, ns_per_tick);
   agg.reserve(4096 / count);  // a node's processes, about
-  if (walks) share.tasks.reserve(4096 / count);
+  if (walks) {
+    share.tasks.reserve(4096 / count);
+    share.leaders.reserve(4096 / count);
+  }
   Argv last;
   auto ran = read_iterator(
       share.iter.get(), "BPF descriptor iterator", [&](std::uint32_t kind, const char* bytes) {
@@ -570,16 +596,21 @@ void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& d
           case GPUREAP_REC_TABLE:
             agg.add(record_as<TableRecord>(bytes));
             break;
-          case GPUREAP_REC_TASK:
-            if (auto t = kernel_task(record_as<TaskRecord>(bytes), ns_per_tick))
-              share.tasks.push_back(std::move(*t));
+          case GPUREAP_REC_TASK: {
+            const auto r = record_as<TaskRecord>(bytes);
+            share.leaders.push_back(static_cast<pid_t>(r.tgid));
+            if (auto t = kernel_task(r, ns_per_tick)) share.tasks.push_back(std::move(*t));
             break;
+          }
           case GPUREAP_REC_ARGS:
             take_args(record_as<ArgsRecord>(bytes), bytes, env_keys, last, share.tasks);
             break;
-          case GPUREAP_REC_END:
-            share.reader = static_cast<pid_t>(record_as<EndRecord>(bytes).reader_tgid);
+          case GPUREAP_REC_END: {
+            const auto r = record_as<EndRecord>(bytes);
+            share.reader = static_cast<pid_t>(r.reader_tgid);
+            share.tasks_shown = r.tasks;
             break;
+          }
           default:
             break;
         }
@@ -776,6 +807,16 @@ KernelPrograms::~KernelPrograms() = default;
 KernelPrograms::KernelPrograms(KernelPrograms&&) noexcept = default;
 KernelPrograms& KernelPrograms::operator=(KernelPrograms&&) noexcept = default;
 
+TaskCount judge_task_count(std::optional<unsigned> before, std::optional<unsigned> after,
+                           std::uint32_t shown, bool saw_pid1,
+                           const std::function<std::optional<unsigned>()>& pid1_threads) {
+  if (!before || !after || *before != *after) return TaskCount::incomplete;
+  if (shown == *before) return TaskCount::all;
+  if (shown > *before || saw_pid1) return TaskCount::incomplete;
+  const auto threads = pid1_threads();
+  return threads && shown + *threads == *before ? TaskCount::all_but_pid1 : TaskCount::incomplete;
+}
+
 bool kernel_release_at_least(std::string_view release, unsigned major, unsigned minor) {
   unsigned version[2] = {0, 0};
   const char* at = release.data();
@@ -846,6 +887,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   if (loaded) loaded();
   std::vector<Share> shares(1);
   shares[0].iter = std::move(started->iter);
+  const auto tasks_before = walks ? kernel_task_count(root) : std::nullopt;
   if (walks && shards > 1) {
     share_walk(programs, std::min(shards, static_cast<unsigned>(GPUREAP_MAX_SHARDS)), devices,
                ns_per_tick, env_keys, shares);
@@ -860,6 +902,20 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
                                    std::to_string(*self) + ", the kernel's " +
                                    std::to_string(*share.reader) + ")"};
     }
+  }
+  const auto tasks_after = walks ? kernel_task_count(root) : std::nullopt;
+  // Every share was shown every task; each wrote its own leaders.
+  if (walks && std::all_of(shares.begin(), shares.end(), [&](const Share& share) {
+        return share.tasks_shown == shares[0].tasks_shown;
+      })) {
+    for (auto& share : shares) {
+      table.leaders.insert(table.leaders.end(), share.leaders.begin(), share.leaders.end());
+      std::vector<pid_t>().swap(share.leaders);
+    }
+    std::sort(table.leaders.begin(), table.leaders.end());
+    table.saw_every_task =
+        saw_every_task(root, tasks_before, tasks_after, shares[0].tasks_shown, table.leaders);
+    if (!table.saw_every_task) std::vector<pid_t>().swap(table.leaders);
   }
   // Shares split the processes: none is in two, nothing to merge.
   table.readers = static_cast<unsigned>(shares.size());

@@ -111,6 +111,11 @@ struct KernelFdTable {
   // Thread-group leaders, sorted by tgid; empty when the task records could
   // not be read (then tasks_note says why, and status is read from /proc).
   std::vector<KernelTask> tasks;
+  // Every process the task pass saw (its leader's tgid, sorted), when it saw
+  // every task the kernel counted before and after it (saw_every_task): the
+  // scan then takes these for its listing of /proc. Empty otherwise.
+  std::vector<pid_t> leaders;
+  bool saw_every_task = false;
   // Also says why there is no tasks_program when there are tasks.
   std::string tasks_note;
 
@@ -198,6 +203,19 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
                                            const std::function<void()>& loaded = {},
                                            KernelReads reads = KernelReads::direct,
                                            const std::vector<std::string>& env_keys = {});
+
+// Whether a task pass that showed `shown` tasks saw every process, so that
+// its leaders stand for a listing of /proc: it showed as many tasks as the
+// kernel counted (/proc/loadavg) before it and after it, no task having come
+// or gone meanwhile. One exception is known and checked: on the lent 6.18
+// machines (Firecracker guests) the task iterator never shows PID 1 or any of
+// its threads, while /proc lists it. Where the pass did not show PID 1 and
+// fell short by exactly PID 1's threads (`pid1_threads`, asked only then),
+// it saw every other: all_but_pid1. Anything else: incomplete.
+enum class TaskCount { all, all_but_pid1, incomplete };
+TaskCount judge_task_count(std::optional<unsigned> before, std::optional<unsigned> after,
+                           std::uint32_t shown, bool saw_pid1,
+                           const std::function<std::optional<unsigned>()>& pid1_threads);
 
 // Whether a kernel release ("6.18.44-fc-v1272-gpu", uname's) is at least
 // major.minor; false for one that does not start with two numbers.

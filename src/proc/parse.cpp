@@ -115,6 +115,11 @@ std::optional<StatusInfo> parse_status(std::string_view text) {
         info.ppid = v;
         any = true;
       }
+    } else if (key == "Threads") {
+      if (auto v = to_number<unsigned>(value)) {
+        info.threads = v;
+        any = true;
+      }
     } else if (key == "Uid") {
       if (auto v = to_number<uid_t>(first_token(value))) {
         info.uid = v;
@@ -138,6 +143,25 @@ std::optional<StatusInfo> parse_status(std::string_view text) {
   });
   if (!any) return std::nullopt;
   return info;
+}
+
+std::optional<unsigned> parse_loadavg_tasks(std::string_view text) {
+  // Five space-separated fields on one line; the fourth is running/total.
+  std::string_view rest = text;
+  if (!rest.empty() && rest.back() == '\n') rest.remove_suffix(1);
+  std::string_view fields[5];
+  for (auto& f : fields) {
+    rest = trim(rest);
+    f = first_token(rest);
+    if (f.empty()) return std::nullopt;
+    rest.remove_prefix(f.size());
+  }
+  if (!trim(rest).empty()) return std::nullopt;
+  const std::size_t slash = fields[3].find('/');
+  if (slash == std::string_view::npos || !to_number<unsigned>(fields[3].substr(0, slash)) ||
+      !to_number<pid_t>(fields[4]))
+    return std::nullopt;
+  return to_number<unsigned>(fields[3].substr(slash + 1));
 }
 
 std::optional<StatInfo> parse_stat(std::string_view text) {

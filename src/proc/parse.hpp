@@ -31,6 +31,7 @@ struct StatusInfo {
   std::optional<pid_t> ppid;
   std::optional<uid_t> uid;         // real uid: first number of "Uid:"
   std::vector<pid_t> nspid;         // "NSpid:", outermost first; empty when absent
+  std::optional<unsigned> threads;  // "Threads:"
   bool operator==(const StatusInfo&) const = default;
 };
 
@@ -86,6 +87,11 @@ std::vector<MountInfo> parse_mountinfo(std::string_view text);
 // Undoes the kernel's "\ooo" escapes (mangle() in fs/proc_namespace.c); an
 // escape that is not three octal digits is kept literally.
 std::string unescape_octal(std::string_view s);
+
+// /proc/loadavg ("0.20 0.18 0.12 1/80 11206"): the kernel's count of tasks,
+// every thread of every process (the fourth field's number after '/').
+// nullopt when the line is not that.
+std::optional<unsigned> parse_loadavg_tasks(std::string_view text);
 
 // NUL-separated arguments. A last argument without its NUL is kept: processes
 // that rewrite their argv (setproctitle) legitimately drop it. Where `like`

@@ -321,7 +321,9 @@ int gpureap_scan(struct bpf_iter__task *ctx)
 	const int leader = task && task->tgid == task->pid;
 
 	if (!task) {
-		write_end_record(seq);
+		/* seq_num: the index of the last task shown (counted from 0); the
+		 * reader is a task itself, so there was one. */
+		write_end_record(seq, ctx->meta->seq_num + 1);
 		return 0;
 	}
 	if (!gpureap_walk_tables) {

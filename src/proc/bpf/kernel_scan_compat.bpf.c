@@ -20,7 +20,7 @@ int gpureap_fds(struct bpf_iter__task_file *ctx)
 	struct gpureap_fd_record r = {};
 
 	if (!file) {
-		write_end_record(seq);
+		write_end_record(seq, 0);
 		return 0;
 	}
 	if (!task)
@@ -52,7 +52,7 @@ int gpureap_tasks(struct bpf_iter__task *ctx)
 	struct task_struct *task = ctx->task;
 
 	if (!task) {
-		write_end_record(ctx->meta->seq);
+		write_end_record(ctx->meta->seq, 0);
 		return 0;
 	}
 	if (task->tgid != task->pid)

@@ -148,13 +148,15 @@ static __always_inline void write_task_record(struct seq_file *seq, struct task_
 	}
 }
 
-/* The iteration's end, with the reader's tgid as the initial PID namespace numbers it. */
-static __always_inline void write_end_record(struct seq_file *seq)
+/* The iteration's end, with the reader's tgid as the initial PID namespace
+ * numbers it and the count of tasks shown before it. */
+static __always_inline void write_end_record(struct seq_file *seq, __u64 tasks)
 {
 	struct gpureap_end_record r = {};
 
 	r.kind = GPUREAP_REC_END;
 	r.reader_tgid = (__u32)(bpf_get_current_pid_tgid() >> 32);
+	r.tasks = (__u32)tasks;
 	bpf_seq_write(seq, &r, sizeof(r));
 }
 

@@ -50,10 +50,16 @@ struct gpureap_table_record {
 };
 
 /* The iteration's end: our own tgid tells the reader which PID namespace
- * numbered the records (the initial one, or it declines). */
+ * numbered the records (the initial one, or it declines). `tasks`: the tasks
+ * the task iterator showed the program, threads and kernel threads included
+ * (0 from the task_file form): matched against the kernel's count, it tells
+ * the reader whether the iteration saw every process, so that its leaders
+ * can stand for a listing of /proc. */
 struct gpureap_end_record {
 	__u32 kind;
 	__u32 reader_tgid;
+	__u32 tasks;
+	__u32 unused;
 };
 
 /* What the css_set re-check reads of a thread-group leader (gpureap_scan

@@ -15,6 +15,28 @@ namespace {
 
 using test::fixture;
 
+// ---------------------------------------------------------------- loadavg
+
+TEST(ParseLoadavg, TheKernelsCountOfTasks) {
+  const std::string captured = fixture("loadavg");
+  const auto slash = captured.find('/');
+  ASSERT_NE(slash, std::string::npos);
+  const auto want = static_cast<unsigned>(std::stoul(captured.substr(slash + 1)));
+  EXPECT_EQ(parse_loadavg_tasks(captured), want);
+  EXPECT_EQ(parse_loadavg_tasks("0.20 0.18 0.12 1/80 11206\n"), 80U);
+  EXPECT_EQ(parse_loadavg_tasks("0.20 0.18 0.12 1/80 11206"), 80U);  // no newline
+}
+
+TEST(ParseLoadavg, AnythingElseIsNullopt) {
+  for (const char* bad :
+       {"", "\n", "0.20 0.18 0.12 1/80", "0.20 0.18 0.12 180 11206\n", "0.20 0.18 0.12 1/ 11206\n",
+        "0.20 0.18 0.12 /80 11206\n", "0.20 0.18 0.12 1/-80 11206\n",
+        "0.20 0.18 0.12 1/80x 11206\n", "0.20 0.18 0.12 1/80 11206 extra\n",
+        "0.20 0.18 0.12 1/99999999999 11206\n"}) {
+    EXPECT_EQ(parse_loadavg_tasks(bad), std::nullopt) << bad;
+  }
+}
+
 // ---------------------------------------------------------------- status
 
 TEST(ParseStatus, NormalProcess) {
@@ -26,6 +48,7 @@ TEST(ParseStatus, NormalProcess) {
   EXPECT_EQ(s->ppid, 4695);
   EXPECT_EQ(s->uid, 0u);
   EXPECT_EQ(s->nspid, (std::vector<pid_t>{4702}));
+  EXPECT_EQ(s->threads, 1U);
 }
 
 TEST(ParseStatus, KernelThread) {
