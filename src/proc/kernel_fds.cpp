@@ -164,11 +164,18 @@ WalkMatch walk_match(const DeviceMatcher& devices, bool copy_env) {
 }
 
 // Attaches an iterator program and starts one iteration: the descriptor to
-// read its records from.
-sys::Result<sys::UniqueFd> start_iterator(int prog_fd, const std::string& what) {
+// read its records from. `tgid` > 0: a task iterator over that process's
+// threads only (Linux 6.1+).
+sys::Result<sys::UniqueFd> start_iterator(int prog_fd, const std::string& what, pid_t tgid = 0) {
   bpf_attr link_attr{};
+  bpf_iter_link_info only{};
   link_attr.link_create.prog_fd = static_cast<std::uint32_t>(prog_fd);
   link_attr.link_create.attach_type = BPF_TRACE_ITER;
+  if (tgid > 0) {
+    only.task.pid = static_cast<std::uint32_t>(tgid);
+    link_attr.link_create.iter_info = reinterpret_cast<std::uintptr_t>(&only);
+    link_attr.link_create.iter_info_len = sizeof only;
+  }
   long link = bpf(BPF_LINK_CREATE, link_attr);
   if (link < 0) return sys::errno_error(errno, "attach the " + what);
   sys::UniqueFd link_fd(static_cast<int>(link));
@@ -781,25 +788,57 @@ std::string kernel_match_gap(const DeviceMatcher& devices) {
   return {};
 }
 
+namespace {
+
+// kernel_css_sets' records into (tgid, css_set) pairs.
+struct CssTaker {
+  std::vector<std::pair<pid_t, std::uint64_t>>& ids;
+  void operator()(std::uint32_t kind, const char* bytes) const {
+    if (kind == GPUREAP_REC_CSS) {
+      const auto r = record_as<CssRecord>(bytes);
+      ids.emplace_back(static_cast<pid_t>(r.tgid), r.css_set);
+    } else if (kind == GPUREAP_REC_TASK) {  // the task_file form's task program
+      const auto r = record_as<TaskRecord>(bytes);
+      ids.emplace_back(static_cast<pid_t>(r.tgid), shareable_css_set(r));
+    }
+  }
+};
+
+}  // namespace
+
 sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const KernelFdTable& table) {
   if (!table.tasks_program) return sys::Error{ENOENT, "no BPF task program"};
   auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator");
   if (!iter) return iter.error();
   std::vector<std::pair<pid_t, std::uint64_t>> ids;
   ids.reserve(table.tasks.size() + 64);
-  auto ran =
-      read_iterator(iter->get(), "BPF task iterator", [&](std::uint32_t kind, const char* bytes) {
-        if (kind == GPUREAP_REC_CSS) {
-          const auto r = record_as<CssRecord>(bytes);
-          ids.emplace_back(static_cast<pid_t>(r.tgid), r.css_set);
-        } else if (kind == GPUREAP_REC_TASK) {  // the task_file form's task program
-          const auto r = record_as<TaskRecord>(bytes);
-          ids.emplace_back(static_cast<pid_t>(r.tgid), shareable_css_set(r));
-        }
-      });
+  auto ran = read_iterator(iter->get(), "BPF task iterator", CssTaker{ids});
   if (!ran) return ran.error();
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets_alone(
+    const KernelFdTable& table, const std::vector<pid_t>& pids) {
+  if (!table.tasks_program) return sys::Error{ENOENT, "no BPF task program"};
+  std::vector<std::pair<pid_t, std::uint64_t>> ids;
+  ids.reserve(pids.size());
+  for (pid_t pid : pids) {
+    auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator", pid);
+    if (!iter) return iter.error();
+    auto ran = read_iterator(iter->get(), "BPF task iterator", CssTaker{ids});
+    if (!ran) return ran.error();
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(
+    const KernelFdTable& table, const std::vector<pid_t>& only) {
+  if (only.size() * kCssPassTasksPerProcess < table.tasks_shown) {
+    if (auto alone = kernel_css_sets_alone(table, only)) return alone;  // else an older kernel
+  }
+  return kernel_css_sets(table);
 }
 
 KernelPrograms::KernelPrograms() = default;
@@ -913,6 +952,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
       std::vector<pid_t>().swap(share.leaders);
     }
     std::sort(table.leaders.begin(), table.leaders.end());
+    table.tasks_shown = shares[0].tasks_shown;
     table.saw_every_task =
         saw_every_task(root, tasks_before, tasks_after, shares[0].tasks_shown, table.leaders);
     if (!table.saw_every_task) std::vector<pid_t>().swap(table.leaders);

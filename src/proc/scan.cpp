@@ -543,19 +543,26 @@ void scan_some(const sys::HostRoot& root, int proc_fd, const ScanOptions& option
   fds_denied = reader.fds_denied;
 }
 
-// Lines taken from another process's file hold where both stayed in the one
-// css_set from the task iterator until that read: then the css_set was one
-// object throughout, its cgroups fixed. Either may have moved meanwhile (and
-// the css_set they left be freed, its address reused). So the iterator runs
-// again after every read: a process whose css_set changed, or whose
-// representative's did (or that cannot be asked: gone, or the iterator
-// fails), reads its own file. A move away and back within these
-// milliseconds is what this cannot see.
+// A process's lines taken from another's file (its css_set's representative)
+// are its cgroups as the task iterator saw it, where the representative was
+// still in that css_set when its file was read: the two were in the one
+// css_set object in the iterator, and a css_set's cgroups never change. The
+// representative may have moved meanwhile (and the css_set it left be freed,
+// its address reused), so each one is asked again after every read (alone,
+// where they are few: kernel_css_sets): where it moved, or cannot be asked
+// (gone, or the iterator fails), every process that took its lines reads
+// its own file. A move away and back within these milliseconds is what this
+// cannot see. A process that took the lines and moved since is, like every
+// other field of the scan, described as the iterator saw it.
 void check_shared_cgroups(const sys::HostRoot& root, const KernelFdTable& kernel, std::vector<Process>& slots,
                           const std::vector<Outcome>& outcomes, const std::vector<std::uint64_t>& shared,
                           const std::vector<CgroupsSeen>& seen) {
   if (std::all_of(shared.begin(), shared.end(), [](std::uint64_t id) { return id == 0; })) return;
-  auto now = kernel_css_sets(kernel);
+  std::vector<pid_t> representatives;
+  for (const auto& worker : seen) {
+    for (const auto& entry : worker) representatives.push_back(entry.first);
+  }
+  auto now = kernel_css_sets(kernel, representatives);
   auto stayed = [&](pid_t pid, std::uint64_t css_set) {
     if (!now) return false;
     auto it = std::lower_bound(now->begin(), now->end(), std::pair<pid_t, std::uint64_t>{pid, 0});
@@ -570,7 +577,7 @@ void check_shared_cgroups(const sys::HostRoot& root, const KernelFdTable& kernel
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (outcomes[i] != Outcome::ok || shared[i] == 0) continue;
     Process& p = slots[i];
-    if (stayed(p.pid, shared[i]) && std::find(moved.begin(), moved.end(), shared[i]) == moved.end()) continue;
+    if (std::find(moved.begin(), moved.end(), shared[i]) == moved.end()) continue;
     p.cgroups.clear();
     auto read = root.read_file("proc/" + std::to_string(p.pid) + "/cgroup");
     if (read) p.cgroups = distinct_cgroup_paths(parse_cgroup(*read));

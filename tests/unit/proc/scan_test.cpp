@@ -1325,6 +1325,23 @@ TEST(KernelFds, CgroupsReadOncePerCssSetAreEachProcesssOwnFile) {
   };
   EXPECT_EQ(now_of(moving.pid()), css(in_mid.pid()));
   EXPECT_EQ(now_of(same1.pid()), css(same1.pid()));
+  // Asked alone, one iteration each over a process's threads (6.1+): the
+  // same, and nothing for a process gone.
+  pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  utsname u{};
+  ASSERT_EQ(::uname(&u), 0);
+  auto alone = kernel_css_sets_alone(*k, {moving.pid(), same1.pid(), gone});
+  ASSERT_EQ(alone.ok(), kernel_release_at_least(u.release, 6, 1));
+  if (alone.ok()) {
+    const std::vector<std::pair<pid_t, std::uint64_t>> want = {{same1.pid(), css(same1.pid())},
+                                                               {moving.pid(), css(in_mid.pid())}};
+    auto sorted = want;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(*alone, sorted);
+  }
 
   const std::vector<pid_t> ours = {same1.pid(), same2.pid(), v1_apart.pid(), in_mid.pid(), moving.pid(),
                                    zombie.pid(), ::getpid(), pid_t{1}};
