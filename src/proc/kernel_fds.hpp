@@ -189,7 +189,8 @@ sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(
     const KernelFdTable& table, const std::vector<pid_t>& only);
 
 // One process iterated alone costs about what this many tasks cost the whole
-// pass: 44 on the dev VM (16.8 us against 0.38 us a task; tests/device/css_cost.cpp).
+// pass, rounded up: 25 on the H100 (4.6 us against 0.18 us a task), 25-44 on
+// the dev VM (tests/device/css_cost.cpp).
 inline constexpr std::size_t kCssPassTasksPerProcess = 48;
 
 // The scan's BPF programs kept loaded from one scan to the next, for a

@@ -312,7 +312,6 @@ SEC("iter.s/task")
 #else
 SEC("iter/task")
 #endif
-
 int gpureap_scan(struct bpf_iter__task *ctx)
 {
 	struct seq_file *seq = ctx->meta->seq;
