@@ -197,15 +197,6 @@ struct Started {
   std::string fallback;  // empty when the light skeleton answered
 };
 
-// The direct-reads build loads through bpf_rdonly_cast(addr, 0), which the
-// verifier takes from Linux 6.17 on. Before, it is not tried: a refused load
-// would cost each scan the verifier's time, and the probe build is that
-// kernel's build, no fallback (so no note).
-bool direct_reads_possible() {
-  utsname u{};
-  return ::uname(&u) == 0 && kernel_release_at_least(u.release, 6, 17);
-}
-
 sys::Result<Started> start_scan(const WalkMatch& walk, KernelReads reads) {
   // Every skeleton resolves CO-RE relocations against the kernel's BTF: the
   // light one in the kernel, libbpf from this file. No file, no BTF.
@@ -806,14 +797,24 @@ struct CssTaker {
 
 }  // namespace
 
+namespace {
+
+// One iteration of the css_set program, over every task or (tgid > 0) one
+// process's threads, its pairs appended to `ids`.
+sys::Status css_iteration(const KernelFdTable& table, pid_t tgid,
+                          std::vector<std::pair<pid_t, std::uint64_t>>& ids) {
+  auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator", tgid);
+  if (!iter) return iter.error();
+  return read_iterator(iter->get(), "BPF task iterator", CssTaker{ids});
+}
+
+}  // namespace
+
 sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const KernelFdTable& table) {
   if (!table.tasks_program) return sys::Error{ENOENT, "no BPF task program"};
-  auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator");
-  if (!iter) return iter.error();
   std::vector<std::pair<pid_t, std::uint64_t>> ids;
   ids.reserve(table.tasks.size() + 64);
-  auto ran = read_iterator(iter->get(), "BPF task iterator", CssTaker{ids});
-  if (!ran) return ran.error();
+  if (auto ran = css_iteration(table, 0, ids); !ran) return ran.error();
   std::sort(ids.begin(), ids.end());
   return ids;
 }
@@ -824,10 +825,7 @@ sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets_alone(
   std::vector<std::pair<pid_t, std::uint64_t>> ids;
   ids.reserve(pids.size());
   for (pid_t pid : pids) {
-    auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator", pid);
-    if (!iter) return iter.error();
-    auto ran = read_iterator(iter->get(), "BPF task iterator", CssTaker{ids});
-    if (!ran) return ran.error();
+    if (auto ran = css_iteration(table, pid, ids); !ran) return ran.error();
   }
   std::sort(ids.begin(), ids.end());
   return ids;
@@ -870,6 +868,11 @@ bool kernel_release_at_least(std::string_view release, unsigned major, unsigned 
     at = next;
   }
   return version[0] > major || (version[0] == major && version[1] >= minor);
+}
+
+bool direct_reads_possible() {
+  utsname u{};
+  return ::uname(&u) == 0 && kernel_release_at_least(u.release, 6, 17);
 }
 
 sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const DeviceMatcher& devices,

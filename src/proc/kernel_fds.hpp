@@ -237,6 +237,12 @@ TaskCount judge_task_count(std::optional<unsigned> before, std::optional<unsigne
                            std::uint32_t shown, bool saw_pid1,
                            const std::function<std::optional<unsigned>()>& pid1_threads);
 
+// Whether the direct-reads build is tried on this kernel: it loads through
+// bpf_rdonly_cast(addr, 0), which the verifier takes from Linux 6.17 on.
+// Before, it is not tried: a refused load would cost each scan the verifier's
+// time, and the probe build is that kernel's build, no fallback (so no note).
+bool direct_reads_possible();
+
 // Whether a kernel release ("6.18.44-fc-v1272-gpu", uname's) is at least
 // major.minor; false for one that does not start with two numbers.
 bool kernel_release_at_least(std::string_view release, unsigned major, unsigned minor);

@@ -1047,12 +1047,6 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   EXPECT_EQ(report, want);
 }
 
-// The direct-reads build is tried from Linux 6.17 (bpf_rdonly_cast to memory).
-bool direct_reads_tried() {
-  utsname u{};
-  return ::uname(&u) == 0 && kernel_release_at_least(u.release, 6, 17);
-}
-
 // The direct-reads build copies each leader's argv itself, and a holder's
 // environment where asked: what the files say, with no process_vm_readv.
 // Not what it cannot copy whole: a rewritten argument area (the file reads on
@@ -1085,7 +1079,7 @@ TEST(KernelFds, TheIteratorCopiesArgvAndAHoldersEnvironmentItself) {
   const std::vector<std::string> keys = {"CUDA_VISIBLE_DEVICES", "LOCAL_RANK"};
   const std::vector<std::pair<std::string, std::string>> want_env = {{"CUDA_VISIBLE_DEVICES", "3"},
                                                                      {"LOCAL_RANK", "1"}};
-  const bool copies = direct_reads_tried();
+  const bool copies = direct_reads_possible();
   auto argv_of = [](pid_t pid) { return parse_cmdline(proc_file(pid, "cmdline")); };
   for (unsigned shards : {1u, 4u}) {
     auto k = read_kernel_fds(root, m, nullptr, shards, {}, KernelReads::direct, keys);
