@@ -21,6 +21,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/nvml_backend.hpp"
 #include "node/take.hpp"
+#include "proc/kernel_fds.hpp"
 #include "report/report.hpp"
 #include "sys/host_root.hpp"
 
@@ -60,6 +61,9 @@ Verdict check_node(const CheckOptions& o) {
   snap_options.threads = effective_threads(o.common);
   snap_options.fd_source = fd_source(o.common);
   snap_options.env_keys = findings::nccl_env_keys();
+  proc::KernelPrograms pinned;  // with --bpf-pin-dir: taken from and left in that directory
+  pinned.pin_dir = o.common.bpf_pin_dir;
+  if (!pinned.pin_dir.empty()) snap_options.kernel_programs = &pinned;
   auto snap = node::take_snapshot(*root, *backend, resolvers, snap_options);
   if (!snap) {
     Verdict v = unknown(snap.error().message);
@@ -121,6 +125,7 @@ void register_check(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--fd-source", opt->common.fd_source, "auto, bpf or procfs")
       ->check(CLI::IsMember({"auto", "bpf", "procfs"}))
       ->capture_default_str();
+  add_bpf_pin_option(*cmd, opt->common);
   cmd->add_option("--deadline", opt->deadline_s, "Seconds to answer within, whatever hangs (NPD's timeout is 5 s)")
       ->capture_default_str();
   cmd->add_option("--nvml-timeout", opt->nvml_timeout_s, "Seconds an NVML call may take")->capture_default_str();

@@ -27,6 +27,14 @@ void add_common_options(CLI::App& cmd, CommonOptions& options) {
       ->capture_default_str();
 }
 
+void add_bpf_pin_option(CLI::App& cmd, CommonOptions& options) {
+  cmd.add_option("--bpf-pin-dir", options.bpf_pin_dir,
+                 "Keep the descriptor scan's BPF programs pinned in this bpffs directory (e.g. "
+                 "/sys/fs/bpf/gpureap), so the next run of this build skips loading them; "
+                 "remove the directory to unpin (default: nothing kept)")
+      ->envname("GPUREAP_BPF_PIN_DIR");
+}
+
 proc::FdSource fd_source(const CommonOptions& options) {
   if (options.fd_source == "bpf") return proc::FdSource::kernel;
   if (options.fd_source == "procfs") return proc::FdSource::procfs;

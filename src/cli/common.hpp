@@ -21,9 +21,13 @@ struct CommonOptions {
   bool json = false;
   unsigned threads = 0;                  // 0: one per core, at most 8
   std::string fd_source = "auto";        // auto|bpf|procfs
+  std::string bpf_pin_dir;               // else $GPUREAP_BPF_PIN_DIR, else none
 };
 
 void add_common_options(CLI::App& cmd, CommonOptions& options);
+// --bpf-pin-dir, for the commands whose scan can keep its programs (those
+// that take a node snapshot through take_node_snapshot, and check).
+void add_bpf_pin_option(CLI::App& cmd, CommonOptions& options);
 unsigned effective_threads(const CommonOptions& options);
 proc::FdSource fd_source(const CommonOptions& options);
 

@@ -82,6 +82,7 @@ void register_node(CLI::App& app, std::function<int()>& run) {
   CLI::App* cmd = app.add_subcommand("node", "GPU summary of this node: devices, driver-listed "
                                              "processes, unlisted holders, ghost memory");
   add_common_options(*cmd, *opt);
+  add_bpf_pin_option(*cmd, *opt);
   cmd->callback([opt, &run] { run = [opt] { return run_node(*opt); }; });
 }
 

@@ -49,6 +49,7 @@ void register_observe(CLI::App& app, std::function<int()>& run) {
       "In-container check: PID 1, process tree, zombies, orphans, GPU memory, driver-listed "
       "processes, descriptor holders, orphaned contexts (never confused by host PIDs)");
   add_common_options(*cmd, *opt);
+  add_bpf_pin_option(*cmd, *opt);
   cmd->callback([opt, &run] { run = [opt] { return run_observe(*opt); }; });
 }
 

@@ -10,6 +10,7 @@
 #include "findings/finding.hpp"
 #include "gpu/backend.hpp"
 #include "node/take.hpp"
+#include "proc/kernel_fds.hpp"
 #include "sys/host_root.hpp"
 
 namespace gpureap::cli {
@@ -26,6 +27,9 @@ sys::Result<node::NodeSnapshot> take_node_snapshot(const CommonOptions& options,
   snap_options.threads = effective_threads(options);
   snap_options.fd_source = fd_source(options);
   snap_options.env_keys = findings::nccl_env_keys();  // torch.distributed jobs (nccl_missing_rank)
+  proc::KernelPrograms pinned;  // with --bpf-pin-dir: taken from and left in that directory
+  pinned.pin_dir = options.bpf_pin_dir;
+  if (!pinned.pin_dir.empty()) snap_options.kernel_programs = &pinned;
   if (!(sample_seconds > 0)) return node::take_snapshot(*root, **backend, resolvers, snap_options);
 
   using Clock = std::chrono::system_clock;

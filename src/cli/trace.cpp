@@ -69,6 +69,7 @@ void register_trace(CLI::App& app, std::function<int()>& run) {
   CLI::App* cmd = app.add_subcommand(
       "trace", "Every GPU-holding process on the node, mapped to its pod, with what is wrong");
   add_common_options(*cmd, opt->common);
+  add_bpf_pin_option(*cmd, opt->common);
   cmd->add_option("--ghost-threshold-mib", opt->ghost_threshold_mib,
                   "Used GPU memory no listed process explains that counts as ghost memory")
       ->capture_default_str();

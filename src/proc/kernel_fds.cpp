@@ -24,6 +24,7 @@
 
 #include "proc/bpf/kernel_scan_loaders.h"
 #include "proc/bpf/records.h"
+#include "proc/bpf_pins.hpp"
 #include "sys/unique_fd.hpp"
 
 namespace gpureap::proc {
@@ -56,6 +57,7 @@ struct KernelPrograms::Kept {
   ScanPrograms programs;
   std::vector<std::uint64_t> key;  // walk_key of what they were loaded for
   std::string loader, fallback;
+  sys::UniqueFd pin_lock;  // the pinned entry they came from or went to, locked
 };
 
 namespace {
@@ -248,6 +250,12 @@ std::vector<std::uint64_t> walk_key(const WalkMatch& walk) {
   return key;
 }
 
+// What a pinned entry was loaded for: the walk's key and how it reads.
+std::vector<std::uint64_t> with_reads(std::vector<std::uint64_t> key, KernelReads reads) {
+  key.push_back(reads == KernelReads::direct ? 1 : 0);
+  return key;
+}
+
 // The kept programs (copies of their descriptors), the walk switched back on,
 // and an iteration started.
 sys::Result<Started> restart(const KernelPrograms::Kept& kept) {
@@ -261,6 +269,19 @@ sys::Result<Started> restart(const KernelPrograms::Kept& kept) {
   auto iter = start_iterator(p->first(), "BPF descriptor iterator");
   if (!iter) return iter.error();
   return Started{std::move(*p), std::move(iter.value()), kept.loader, kept.fallback};
+}
+
+// Pins programs this process just loaded (and kept) as `entry`, for the next
+// process of this build; what happened, for KernelFdTable::pin.
+std::string pin_fresh(KernelPrograms& keep, const std::string& entry, const Started& fresh) {
+  if (!fresh.programs.walks()) return "not pinned: the task_file form is not pinned";
+  // Unkept, they would be unlocked while this process still switches their .data.
+  if (!keep.kept) return "not pinned: the programs could not be kept";
+  auto pinned = pin_scan(keep.pin_dir, entry, fresh.programs.scan.get(), fresh.programs.data_map.get(),
+                         fresh.loader);
+  if (!pinned) return "not pinned: " + pinned.error().message;
+  keep.kept->pin_lock = std::move(pinned->lock);
+  return "pinned " + pinned->entry;
 }
 
 // Reads one started iteration: fn(kind, bytes) once per record, in the order
@@ -898,13 +919,44 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   const auto ns_per_tick = static_cast<std::uint64_t>(1000000000L / hz);
 
   const WalkMatch walk = walk_match(devices, !env_keys.empty());
+  const auto key = walk_key(walk);
   std::optional<Started> started;
-  if (keep != nullptr && keep->kept && keep->kept->key == walk_key(walk)) {
+  std::string pin;
+  if (keep != nullptr && keep->kept && keep->kept->key == key) {
     auto again = restart(*keep->kept);
     if (again) {
       started = std::move(again.value());
     } else {
       keep->kept.reset();  // loaded afresh below
+    }
+  }
+  // Pinned by an earlier process of this build: what it loaded, for the same key.
+  bool may_pin = false;
+  const std::string build_id = keep != nullptr && !keep->pin_dir.empty() ? own_build_id() : "";
+  const std::string entry = pin_entry_name(build_id, with_reads(key, reads));
+  if (keep != nullptr && !keep->pin_dir.empty()) {
+    may_pin = !build_id.empty();
+    if (!may_pin) pin = "not pinned: this executable has no build id";
+  }
+  if (!started && may_pin) {
+    auto pinned = take_pinned_scan(keep->pin_dir, entry,
+                                   static_cast<std::uint32_t>(gpureap_scan_data_size()));
+    if (pinned) {
+      auto kept = std::make_unique<KernelPrograms::Kept>(KernelPrograms::Kept{
+          ScanPrograms{std::move(pinned->prog), std::move(pinned->data), {}, {}}, key, pinned->loader,
+          "", std::move(pinned->lock)});
+      auto again = restart(*kept);
+      if (again) {
+        started = std::move(again.value());
+        keep->kept = std::move(kept);
+        pin = "reused " + pinned->entry;
+      } else {
+        pin = "not reused: " + again.error().message;
+        may_pin = false;
+      }
+    } else if (pinned.error().code != ENOENT && pinned.error().code != ESTALE) {
+      pin = "not pinned: " + pinned.error().message;  // in use, or not a bpffs
+      may_pin = false;
     }
   }
   if (!started) {
@@ -914,13 +966,15 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
       // Nothing kept where the copies fail: the next scan loads afresh.
       auto copy = fresh->programs.copy();
       keep->kept = copy ? std::make_unique<KernelPrograms::Kept>(KernelPrograms::Kept{
-                              std::move(*copy), walk_key(walk), fresh->loader, fresh->fallback})
+                              std::move(*copy), key, fresh->loader, fresh->fallback, {}})
                         : nullptr;
       ++keep->loads;
+      if (may_pin) pin = pin_fresh(*keep, entry, *fresh);
     }
     started = std::move(fresh.value());
   }
   KernelFdTable table;
+  table.pin = std::move(pin);
   table.loader = std::move(started->loader);
   table.loader_note = std::move(started->fallback);
   table.started_ticks = boottime_ticks(ns_per_tick);

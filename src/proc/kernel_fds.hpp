@@ -133,6 +133,9 @@ struct KernelFdTable {
 
   std::string loader;       // "light_skeleton", "libbpf_skeleton" or "libbpf_task_file"
   std::string loader_note;  // why each loader before it was passed over; empty when the first answered
+  // With KernelPrograms::pin_dir: "reused ENTRY", "pinned ENTRY", or why
+  // neither ("not pinned: ..."). Empty without a pin directory.
+  std::string pin;
 
   [[nodiscard]] const KernelFdSummary* find(pid_t tgid) const;
   [[nodiscard]] const KernelTask* find_task(pid_t tgid) const;
@@ -207,6 +210,10 @@ struct KernelPrograms {
   struct Kept;
   std::unique_ptr<Kept> kept;
   unsigned loads = 0;  // how many times the programs were loaded
+
+  // A bpffs directory where the programs are pinned for the next process of
+  // this build to take (bpf_pins.hpp), or empty: nothing outlives this one.
+  std::string pin_dir;
 };
 
 // `keep`: where to keep the loaded programs for the next call, and take them

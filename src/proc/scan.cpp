@@ -709,7 +709,10 @@ sys::Result<ProcessTable> scan_processes(const sys::HostRoot& root, const ScanOp
   ProcessTable table;
   table.stats.listed = static_cast<unsigned>(pids.size());
   if (options.read_fds) table.stats.fds_from = kernel ? "bpf" : "procfs";
-  if (kernel) table.stats.fds_loader = kernel->loader;
+  if (kernel) {
+    table.stats.fds_loader = kernel->loader;
+    table.stats.fds_pin = kernel->pin;
+  }
   table.stats.fds_note = std::move(fds_note);
   KernelFdTable* kernel_table = kernel ? &*kernel : nullptr;
   unsigned nthreads = std::max(1u, options.threads);

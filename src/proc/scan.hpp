@@ -59,6 +59,9 @@ struct ScanStats {
   // Why each faster way was passed over: the light skeleton for libbpf's, or
   // both for "procfs" although the iterator was allowed. Empty when none was.
   std::string fds_note;
+  // With a BPF pin directory (--bpf-pin-dir): "reused ENTRY" (programs an
+  // earlier process pinned), "pinned ENTRY", or "not pinned: why". Else empty.
+  std::string fds_pin;
   bool operator==(const ScanStats&) const = default;
 };
 

@@ -576,7 +576,8 @@ json tail_json(const node::NodeSnapshot& snap, const std::vector<findings::Findi
             {"fds_denied", snap.scan_stats.fds_denied},
             {"fds_from", snap.scan_stats.fds_from},
             {"fds_loader", snap.scan_stats.fds_loader},
-            {"fds_note", snap.scan_stats.fds_note}}}};
+            {"fds_note", snap.scan_stats.fds_note},
+            {"fds_pin", snap.scan_stats.fds_pin}}}};
 }
 
 }  // namespace

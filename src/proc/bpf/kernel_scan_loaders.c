@@ -173,6 +173,11 @@ int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t w
 	return kept(out, out->fds_prog, out->tasks_prog, err, why, why_len);
 }
 
+size_t gpureap_scan_data_size(void)
+{
+	return sizeof(struct gpureap_kernel_scan_lskel__data);
+}
+
 int gpureap_scan_set_data(int data_map, int walk, unsigned shards, const unsigned *readers,
 			  char *why, size_t why_len)
 {

@@ -59,6 +59,10 @@ int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpur
 int gpureap_scan_set_data(int data_map, int walk, unsigned shards, const unsigned *readers,
 			  char *why, size_t why_len);
 
+/* The size of gpureap_scan's .data (one value of its map): what a pinned
+ * map must have to be this build's. */
+size_t gpureap_scan_data_size(void);
+
 /* The task_file form through libbpf: fds_prog and tasks_prog. Same contract. */
 int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t why_len);
 

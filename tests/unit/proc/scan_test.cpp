@@ -1581,7 +1581,8 @@ TEST_F(ScanFixtureTree, CountsAndFields) {
                                 .malformed = 3,
                                 .fds_from = "procfs",
                                 .fds_loader = "",
-                                .fds_note = ""}))
+                                .fds_note = "",
+                                .fds_pin = ""}))
         << "threads=" << threads;
     ASSERT_EQ(t->processes.size(), 4u);
     EXPECT_EQ(t->processes[0].pid, 4599);
