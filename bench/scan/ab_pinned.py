@@ -6,7 +6,9 @@ the best run, CPU time and minor page faults per build. Run it inside the fleet:
   bench_scan_run --bench-scan B/bench_scan --gpureap B/gpureap --repeat 1 \\
     --extra 'python3 bench/scan/ab_pinned.py 31 base=DIR1 new=DIR2'
 
-Each DIR holds a `gpureap` and a `bench_scan`. PIN (default "taskset -c 1")
+Each DIR holds a `gpureap` and a `bench_scan`; NAME=DIR@PINDIR runs both with
+`--bpf-pin-dir PINDIR` (programs pinned by the first run, taken by the rest;
+PINDIR on a bpffs). PIN (default "taskset -c 1")
 prefixes every run: on the 2-vCPU dev VM, unpinned runs were bimodal (the
 quartiles of one build 20 ms apart), pinned ones within 2 ms.
 """
@@ -18,10 +20,12 @@ import sys
 import time
 
 
-def commands(build_dir, devices, pin):
+def commands(build, devices, pin):
+    build_dir, _, pin_dir = build.partition("@")
+    kept = ["--bpf-pin-dir", pin_dir] if pin_dir else []
     return {
-        "trace": pin + [build_dir + "/gpureap", "trace", "--gpu", "sim", "--json", "--threads", "1"],
-        "scan": pin + [build_dir + "/bench_scan", "--fd-source", "bpf"] + devices,
+        "trace": pin + [build_dir + "/gpureap", "trace", "--gpu", "sim", "--json", "--threads", "1"] + kept,
+        "scan": pin + [build_dir + "/bench_scan", "--fd-source", "bpf"] + kept + devices,
     }
 
 
@@ -53,7 +57,7 @@ def main():
         cpu = sorted(s[1] for s in samples)
         faults = statistics.median(s[2] for s in samples)
         q = statistics.quantiles(wall, n=4)
-        print(f"{tool:5s} {name:6s} wall median {statistics.median(wall):6.1f}  q1 {q[0]:6.1f}  "
+        print(f"{tool:5s} {name:8s} wall median {statistics.median(wall):6.1f}  q1 {q[0]:6.1f}  "
               f"q3 {q[2]:6.1f}  min {wall[0]:6.1f}  cpu median {statistics.median(cpu):6.1f} ms  "
               f"minor faults {faults:.0f}")
 

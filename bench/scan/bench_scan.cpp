@@ -1,9 +1,12 @@
 // bench_scan: one process scan as a tiny CLI, so the harness can measure its
 // wall time and max RSS exactly as it measures fuser and lsof (fork, exec, wait4).
 //   bench_scan [--threads N] [--root DIR] [--no-majors] [--no-fds] [--repeat N]
-//              [--fd-source auto|bpf|procfs] [--reads direct|probe] [--phases] DEVICE_FILE...
+//              [--fd-source auto|bpf|procfs] [--reads direct|probe] [--phases]
+//              [--bpf-pin-dir DIR] DEVICE_FILE...
 // --reads probe: the table walk's build that reads inodes with bpf_probe_read_kernel.
 // --no-fds and no DEVICE_FILE split the cost: files only / fd listing without readlink.
+// --bpf-pin-dir: take the programs an earlier run pinned there, or pin them
+// (gpureap's --bpf-pin-dir); the line then says pin=reused|pinned|not.
 // --phases: first the BPF descriptor pass alone, twice on N threads (loaded and
 // walked, then walked again by the kept programs), printed as load_walk_ms and walk_ms.
 // Prints one line: threads, scan time inside the process, processes, holders
@@ -51,6 +54,7 @@ int main(int argc, char** argv) try {
   proc::FdSource fd_source = proc::FdSource::automatic;
   proc::KernelReads reads = proc::KernelReads::direct;
   proc::DeviceMatcher matcher;
+  proc::KernelPrograms pinned;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
@@ -69,6 +73,8 @@ int main(int argc, char** argv) try {
     } else if (a == "--reads" && i + 1 < argc) {
       reads = std::string_view(argv[++i]) == "probe" ? proc::KernelReads::probe
                                                      : proc::KernelReads::direct;
+    } else if (a == "--bpf-pin-dir" && i + 1 < argc) {
+      pinned.pin_dir = argv[++i];
     } else if (a == "--repeat" && i + 1 < argc) {
       repeat = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
@@ -94,6 +100,7 @@ int main(int argc, char** argv) try {
   opts.read_fds = read_fds;
   opts.fd_source = fd_source;
   opts.kernel_reads = reads;
+  if (!pinned.pin_dir.empty()) opts.kernel_programs = &pinned;
   char phase_text[96] = "";
   if (phases) {
     proc::KernelPrograms keep;
@@ -136,10 +143,12 @@ int main(int argc, char** argv) try {
   }
   std::printf(
       "threads=%u fds_from=%s loader=%s scan_ms=%.2f processes=%u fds=%lu holders=%u gpu_fds=%u "
-      "vanished=%u hwm_kb=%ld%s%s%s\n",
+      "vanished=%u hwm_kb=%ld%s%.*s%s%s%s\n",
       threads, table->stats.fds_from.c_str(),
       table->stats.fds_loader.empty() ? "-" : table->stats.fds_loader.c_str(), best_ms,
       table->stats.scanned, fds, holders, gpu_fds, table->stats.vanished, vm_hwm_kb(),
+      table->stats.fds_pin.empty() ? "" : " pin=",
+      static_cast<int>(table->stats.fds_pin.find(' ')), table->stats.fds_pin.c_str(),
       table->stats.fds_note.empty() ? "" : " note=", table->stats.fds_note.c_str(), phase_text);
   return 0;
 } catch (const std::exception& e) {

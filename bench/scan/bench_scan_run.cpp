@@ -6,6 +6,8 @@
 // dev/nvidiactl, dev/nvidia-uvm: what the simulated GPU uses), the rest
 // /dev/null, a pipe, and regular files. Then, --repeat times, it runs
 //   fuser -v DEVS, lsof -w DEVS, bench_scan --threads 1 DEVS, bench_scan --threads N DEVS
+// (and, with --bpf-pin-dir DIR on a bpffs, the scan and trace again taking the
+// programs a first, untimed run of each pinned there)
 // each as a child process, timing wall clock and taking max RSS from wait4, and
 // prints medians and ratios. It kills exactly the children it made, at the end
 // and on any error (they also carry PR_SET_PDEATHSIG in case this process dies).
@@ -43,6 +45,7 @@ struct Config {
   unsigned threads = 0;  // 0: hardware_concurrency
   std::string bench_scan;
   std::string gpureap;  // the whole `gpureap trace`, on the simulated GPU whose dev files these are
+  std::string pin_dir;  // --bpf-pin-dir DIR: two more rows, their programs pinned there (a bpffs)
   std::string extra;  // --extra CMD: run `sh -c CMD` once before timing (e.g. perf), $DEVS set
 };
 
@@ -135,6 +138,7 @@ Sample run_tool(const std::vector<std::string>& argv) {
     ::dup2(out[1], 1);
     ::dup2(devnull, 2);
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     ::execvp(args[0], args.data());
@@ -175,7 +179,7 @@ Config parse_args(int argc, char** argv) {
     std::string_view a = argv[i];
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "missing value for %s\n", argv[i]);
+        (void)std::fprintf(stderr, "missing value for %s\n", argv[i]);
         std::exit(2);
       }
       return argv[++i];
@@ -194,9 +198,11 @@ Config parse_args(int argc, char** argv) {
       c.gpureap = next();
     } else if (a == "--extra") {
       c.extra = next();
+    } else if (a == "--bpf-pin-dir") {
+      c.pin_dir = next();
     } else {
-      std::fprintf(stderr,
-                   "usage: bench_scan_run [--procs N] [--fds N] [--repeat N] [--threads N] [--bench-scan PATH] [--gpureap PATH] [--extra CMD]\n");
+      (void)std::fprintf(stderr,
+                   "usage: bench_scan_run [--procs N] [--fds N] [--repeat N] [--threads N] [--bench-scan PATH] [--gpureap PATH] [--bpf-pin-dir DIR] [--extra CMD]\n");
       std::exit(2);
     }
   }
@@ -226,7 +232,7 @@ int main(int argc, char** argv) {
   // holders of these same files. It has no contexts, so the sim "driver" does
   // no fd walk of its own: the trace rows time trace's own work.
   if (auto st = gpureap::gpu::sim::init_sim_dir(dir.path.string(), gpureap::gpu::sim::default_config(1)); !st) {
-    std::fprintf(stderr, "init sim dir: %s\n", st.error().message.c_str());
+    (void)std::fprintf(stderr, "init sim dir: %s\n", st.error().message.c_str());
     return 2;
   }
   ::setenv("GPUREAP_SIM_DIR", dir.path.c_str(), 1);
@@ -260,7 +266,7 @@ int main(int argc, char** argv) {
     ssize_t n = ::read(ready[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      std::fprintf(stderr, "children died before ready (%u/%u)\n", got, cfg.procs);
+      (void)std::fprintf(stderr, "children died before ready (%u/%u)\n", got, cfg.procs);
       return 2;
     }
     got += static_cast<unsigned>(n);
@@ -273,7 +279,7 @@ int main(int argc, char** argv) {
     std::string list = devs[0] + " " + devs[1] + " " + devs[2];
     ::setenv("DEVS", list.c_str(), 1);
     ::setenv("BENCH_SCAN", cfg.bench_scan.c_str(), 1);
-    std::fflush(stdout);
+    (void)std::fflush(stdout);
     pid_t pid = ::fork();
     if (pid == 0) {
       ::execl("/bin/sh", "sh", "-c", cfg.extra.c_str(), static_cast<char*>(nullptr));
@@ -307,6 +313,14 @@ int main(int argc, char** argv) {
   tools.push_back(tool("trace 1 thread", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", "1"}));
   tools.push_back(tool("trace " + n + " threads", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", n}));
   tools.push_back(tool("trace table 1 thr", {cfg.gpureap, "trace", "--gpu", "sim", "--fd-source", "bpf", "--threads", "1"}));
+  if (!cfg.pin_dir.empty()) {
+    // Programs an earlier run pinned: one untimed run of each pins them.
+    tools.push_back(tool("scan bpf 1 thr pin", {cfg.bench_scan, "--fd-source", "bpf", "--threads", "1", "--bpf-pin-dir",
+                                                cfg.pin_dir, devs[0], devs[1], devs[2]}));
+    tools.push_back(tool("trace 1 thr pin", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf",
+                                             "--threads", "1", "--bpf-pin-dir", cfg.pin_dir}));
+    for (auto it = tools.end() - 2; it != tools.end(); ++it) (void)run_tool(it->argv);
+  }
   // Interleaved, so drift in machine load hits every tool alike.
   for (unsigned r = 0; r < cfg.repeat; ++r) {
     for (auto& t : tools) {
@@ -320,7 +334,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& t : tools) {
     if (!WIFEXITED(t.last_status) || (WEXITSTATUS(t.last_status) != 0 && t.label.rfind("scan", 0) == 0)) {
-      std::fprintf(stderr, "%s failed (status %d)\n", t.label.c_str(), t.last_status);
+      (void)std::fprintf(stderr, "%s failed (status %d)\n", t.label.c_str(), t.last_status);
       return 2;
     }
   }
