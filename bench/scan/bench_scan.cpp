@@ -147,8 +147,8 @@ int main(int argc, char** argv) try {
       threads, table->stats.fds_from.c_str(),
       table->stats.fds_loader.empty() ? "-" : table->stats.fds_loader.c_str(), best_ms,
       table->stats.scanned, fds, holders, gpu_fds, table->stats.vanished, vm_hwm_kb(),
-      table->stats.fds_pin.empty() ? "" : " pin=",
-      static_cast<int>(table->stats.fds_pin.find(' ')), table->stats.fds_pin.c_str(),
+      table->stats.fds_pin.empty() ? "" : " pin=", static_cast<int>(table->stats.fds_pin.find(' ')),
+      table->stats.fds_pin.c_str(),
       table->stats.fds_note.empty() ? "" : " note=", table->stats.fds_note.c_str(), phase_text);
   return 0;
 } catch (const std::exception& e) {

@@ -23,7 +23,7 @@ namespace gpureap::proc {
 
 namespace {
 
-constexpr std::int64_t kPinUnusedSeconds = 24 * 3600;
+constexpr std::int64_t kPinUnusedSeconds = std::int64_t{24} * 3600;
 constexpr std::size_t kPinEntries = 8;
 
 long bpf(int cmd, bpf_attr& attr) {
@@ -81,7 +81,8 @@ std::vector<std::string> names_in(int dir) {
     return names;
   }
   while (const dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+      names.emplace_back(e->d_name);
   }
   ::closedir(d);
   return names;
@@ -108,7 +109,8 @@ void remove_stale_entries(const std::string& dir) {
   std::vector<std::pair<std::int64_t, std::string>> entries;  // (mtime, name)
   for (auto& name : names_in(dir_fd.get())) {
     struct stat st {};
-    if (name.rfind("scan-", 0) == 0 && ::fstatat(dir_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+    if (name.rfind("scan-", 0) == 0 &&
+        ::fstatat(dir_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
       entries.emplace_back(st.st_mtim.tv_sec, std::move(name));
   }
   std::sort(entries.begin(), entries.end(), std::greater<>());  // most recent first
@@ -132,6 +134,7 @@ std::string own_build_id() {
         for (int i = 0; i < info->dlpi_phnum && hex.empty(); ++i) {
           const ElfW(Phdr)& ph = info->dlpi_phdr[i];
           if (ph.p_type != PT_NOTE) continue;
+          // NOLINTNEXTLINE(performance-no-int-to-ptr): the loader gives addresses as integers
           const auto* at = reinterpret_cast<const unsigned char*>(info->dlpi_addr + ph.p_vaddr);
           const unsigned char* end = at + ph.p_memsz;
           while (at + sizeof(ElfW(Nhdr)) <= end) {
@@ -140,7 +143,8 @@ std::string own_build_id() {
             const unsigned char* name = at + sizeof note;
             const unsigned char* desc = name + ((note.n_namesz + 3U) & ~3U);
             if (desc + note.n_descsz > end) break;
-            if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+            if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 &&
+                std::memcmp(name, "GNU", 4) == 0) {
               static constexpr char kHex[] = "0123456789abcdef";
               for (std::size_t b = 0; b < note.n_descsz; ++b) {
                 hex.push_back(kHex[desc[b] >> 4]);
@@ -174,7 +178,7 @@ sys::Result<PinnedScan> take_pinned_scan(const std::string& dir, const std::stri
                                          std::uint32_t data_size) {
   if (int err = bpffs_at(dir); err == ENOTSUP) {
     return sys::Error{ENOTSUP, dir + " is not on a bpffs"};
-  } else if (err != 0) {
+  } else if (err != 0) {  // NOLINT(readability-else-after-return): err is scoped to the if
     return sys::errno_error(err, "statfs " + dir);  // ENOENT: the first to pin creates it
   }
   PinnedScan pinned;
@@ -182,7 +186,8 @@ sys::Result<PinnedScan> take_pinned_scan(const std::string& dir, const std::stri
   pinned.lock = locked(pinned.entry);
   if (!pinned.lock) {
     if (errno == ENOENT) return sys::Error{ENOENT, "none pinned at " + pinned.entry};
-    if (errno == EWOULDBLOCK) return sys::Error{EWOULDBLOCK, pinned.entry + " is in use by another scan"};
+    if (errno == EWOULDBLOCK)
+      return sys::Error{EWOULDBLOCK, pinned.entry + " is in use by another scan"};
     return sys::errno_error(errno, "open " + pinned.entry);
   }
   for (const auto& file : names_in(pinned.lock.get())) {
@@ -201,16 +206,23 @@ sys::Result<PinnedScan> take_pinned_scan(const std::string& dir, const std::stri
   return pinned;
 }
 
-sys::Result<PinnedScan> pin_scan(const std::string& dir, const std::string& name, int prog, int data,
-                                 const std::string& loader) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys::errno_error(errno, "mkdir " + dir);
-  if (int err = bpffs_at(dir); err != 0) {
-    return err == ENOTSUP ? sys::Error{ENOTSUP, dir + " is not on a bpffs"} : sys::errno_error(err, "statfs " + dir);
+sys::Result<PinnedScan> pin_scan(const std::string& dir, const std::string& name, int prog,
+                                 int data, const std::string& loader) {
+  // Created only inside a bpffs: never a stray directory elsewhere.
+  int fs_err = bpffs_at(dir);
+  if (fs_err == ENOENT) {
+    const auto slash = dir.find_last_of('/');
+    fs_err = bpffs_at(slash == std::string::npos ? "." : slash == 0 ? "/" : dir.substr(0, slash));
+    if (fs_err == 0 && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+      return sys::errno_error(errno, "mkdir " + dir);
   }
+  if (fs_err == ENOTSUP) return sys::Error{ENOTSUP, dir + " is not on a bpffs"};
+  if (fs_err != 0) return sys::errno_error(fs_err, "statfs " + dir);
   remove_stale_entries(dir);
   PinnedScan pinned;
   pinned.entry = dir + "/" + name;
-  if (::mkdir(pinned.entry.c_str(), 0700) != 0) return sys::errno_error(errno, "mkdir " + pinned.entry);
+  if (::mkdir(pinned.entry.c_str(), 0700) != 0)
+    return sys::errno_error(errno, "mkdir " + pinned.entry);
   pinned.lock = locked(pinned.entry);
   if (!pinned.lock) return sys::errno_error(errno, "lock " + pinned.entry);
   if (int err = pin_at(prog, pinned.entry + "/prog-" + loader); err != 0) {

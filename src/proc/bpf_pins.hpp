@@ -49,7 +49,7 @@ sys::Result<PinnedScan> take_pinned_scan(const std::string& dir, const std::stri
 // Pins `prog` and `data` as entry `name` in `dir` (created, on a bpffs), and
 // removes stale entries (above). Returns the entry,
 // locked for this process (its prog and data are copies of the descriptors).
-sys::Result<PinnedScan> pin_scan(const std::string& dir, const std::string& name, int prog, int data,
-                                 const std::string& loader);
+sys::Result<PinnedScan> pin_scan(const std::string& dir, const std::string& name, int prog,
+                                 int data, const std::string& loader);
 
 }  // namespace gpureap::proc

@@ -277,8 +277,8 @@ std::string pin_fresh(KernelPrograms& keep, const std::string& entry, const Star
   if (!fresh.programs.walks()) return "not pinned: the task_file form is not pinned";
   // Unkept, they would be unlocked while this process still switches their .data.
   if (!keep.kept) return "not pinned: the programs could not be kept";
-  auto pinned = pin_scan(keep.pin_dir, entry, fresh.programs.scan.get(), fresh.programs.data_map.get(),
-                         fresh.loader);
+  auto pinned = pin_scan(keep.pin_dir, entry, fresh.programs.scan.get(),
+                         fresh.programs.data_map.get(), fresh.loader);
   if (!pinned) return "not pinned: " + pinned.error().message;
   keep.kept->pin_lock = std::move(pinned->lock);
   return "pinned " + pinned->entry;
@@ -943,8 +943,8 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
                                    static_cast<std::uint32_t>(gpureap_scan_data_size()));
     if (pinned) {
       auto kept = std::make_unique<KernelPrograms::Kept>(KernelPrograms::Kept{
-          ScanPrograms{std::move(pinned->prog), std::move(pinned->data), {}, {}}, key, pinned->loader,
-          "", std::move(pinned->lock)});
+          ScanPrograms{std::move(pinned->prog), std::move(pinned->data), {}, {}}, key,
+          pinned->loader, "", std::move(pinned->lock)});
       auto again = restart(*kept);
       if (again) {
         started = std::move(again.value());

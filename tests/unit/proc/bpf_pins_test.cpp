@@ -5,18 +5,17 @@
 #include "proc/bpf_pins.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <sys/file.h>
 
 #include "child.hpp"
 #include "proc/kernel_fds.hpp"
@@ -66,7 +65,9 @@ struct PinFixture {
     std::error_code ec;
     if (!path.empty()) fs::remove_all(path, ec);
   }
-  [[nodiscard]] bool ready() const { return mounted && holder && holder->started() && !devices.nodes.empty(); }
+  [[nodiscard]] bool ready() const {
+    return mounted && holder && holder->started() && !devices.nodes.empty();
+  }
 
   // One scan, as one process of --bpf-pin-dir DIR would run it.
   sys::Result<ProcessTable> scan(KernelPrograms& programs) const {
@@ -81,7 +82,8 @@ struct PinFixture {
   [[nodiscard]] std::vector<std::string> entries(const fs::path& dir) const {
     std::vector<std::string> names;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -152,7 +154,8 @@ TEST(BpfPins, ProgramsInUseByAnotherProcessAreNotShared) {
   auto b = f.scan(other);
   ASSERT_TRUE(b.ok()) << b.error().message;
   EXPECT_EQ(other.loads, 1U);  // its own programs
-  EXPECT_EQ(b->stats.fds_pin, "not pinned: " + pinned_entry(a->stats.fds_pin) + " is in use by another scan");
+  EXPECT_EQ(b->stats.fds_pin,
+            "not pinned: " + pinned_entry(a->stats.fds_pin) + " is in use by another scan");
   const Process* p = find(*b, f.holder->pid());
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->gpu_files.size(), 2U);
@@ -190,6 +193,7 @@ TEST(BpfPins, ADirectoryOffBpffsPinsNothingAndTheScanGoesOn) {
   auto a = f.scan(programs);
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(a->stats.fds_pin, "not pinned: " + dir + " is not on a bpffs");
+  EXPECT_FALSE(fs::exists(dir));  // nothing created off bpffs
   EXPECT_EQ(a->stats.fds_from, "bpf");
   ASSERT_NE(find(*a, f.holder->pid()), nullptr);
   EXPECT_EQ(find(*a, f.holder->pid())->gpu_files.size(), 2U);
@@ -205,7 +209,8 @@ TEST(BpfPins, EntriesUnusedForADayOrBeyondEightAreRemovedWhereNobodyHoldsThem) {
   const fs::path held_entry = dir / "scan-he1d-0000000000000002";
   fs::create_directory(old_entry);
   fs::create_directory(held_entry);
-  const timespec two_days_ago[2] = {{::time(nullptr) - 2 * 86400, 0}, {::time(nullptr) - 2 * 86400, 0}};
+  const timespec two_days_ago[2] = {{::time(nullptr) - 2L * 86400, 0},
+                                    {::time(nullptr) - 2L * 86400, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, old_entry.c_str(), two_days_ago, 0), 0);
   ASSERT_EQ(::utimensat(AT_FDCWD, held_entry.c_str(), two_days_ago, 0), 0);
   sys::UniqueFd held(::open(held_entry.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -213,7 +218,8 @@ TEST(BpfPins, EntriesUnusedForADayOrBeyondEightAreRemovedWhereNobodyHoldsThem) {
   ASSERT_EQ(::flock(held.get(), LOCK_EX), 0);
   // Eight recent ones: with the new entry, one too many.
   for (int i = 0; i < 8; ++i) {
-    const fs::path recent = dir / ("scan-rec" + std::to_string(i) + "-000000000000000" + std::to_string(i));
+    const fs::path recent =
+        dir / ("scan-rec" + std::to_string(i) + "-000000000000000" + std::to_string(i));
     fs::create_directory(recent);
     const timespec at[2] = {{::time(nullptr) - 100 + i, 0}, {::time(nullptr) - 100 + i, 0}};
     ASSERT_EQ(::utimensat(AT_FDCWD, recent.c_str(), at, 0), 0);
@@ -228,12 +234,13 @@ TEST(BpfPins, EntriesUnusedForADayOrBeyondEightAreRemovedWhereNobodyHoldsThem) {
   EXPECT_EQ(std::count(left.begin(), left.end(), held_entry.filename().string()), 1);
   EXPECT_EQ(std::count(left.begin(), left.end(), "scan-rec0-0000000000000000"), 0);  // least recent
   for (int i = 1; i < 8; ++i) {
-    EXPECT_EQ(std::count(left.begin(), left.end(), "scan-rec" + std::to_string(i) + "-000000000000000" +
-                                                        std::to_string(i)),
+    EXPECT_EQ(std::count(left.begin(), left.end(),
+                         "scan-rec" + std::to_string(i) + "-000000000000000" + std::to_string(i)),
               1)
         << i;
   }
-  EXPECT_EQ(std::count(left.begin(), left.end(), fs::path(pinned_entry(a->stats.fds_pin)).filename().string()),
+  EXPECT_EQ(std::count(left.begin(), left.end(),
+                       fs::path(pinned_entry(a->stats.fds_pin)).filename().string()),
             1);
 }
 
