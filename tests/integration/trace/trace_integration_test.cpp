@@ -5,6 +5,7 @@
 // run/ holds the runtime state files the resolvers read.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -451,6 +452,38 @@ TEST(TraceBinary, NeedsNeitherLibbpfNorLibelf) {
   for (const char* lib : {"libbpf", "libelf", "libz."}) {
     EXPECT_EQ(r.out.find(lib), std::string::npos) << lib << "\n" << r.out;
   }
+}
+
+// --bpf-pin-dir (or GPUREAP_BPF_PIN_DIR): the first run pins its programs on
+// the bpffs, the next runs take them; JSON says which in scan.fds_pin.
+TEST(TraceBinary, ALaterRunTakesTheProgramsAnEarlierOnePinned) {
+  TempDir tmp;
+  const std::string bpffs = tmp / "bpffs";
+  ASSERT_TRUE(fs::create_directory(bpffs));
+  ASSERT_EQ(::mount("bpf", bpffs.c_str(), "bpf", 0, nullptr), 0) << std::strerror(errno);
+  struct Unmount {
+    std::string at;
+    ~Unmount() { ::umount2(at.c_str(), MNT_DETACH); }  // frees what was pinned there
+  } unmount{bpffs};
+  const std::string dir = bpffs + "/gpureap";
+  auto fds_pin = [&](const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    auto r = gpureap::testing::run(argv, env);
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.err;
+    const json doc = json::parse(r.out, nullptr, false);
+    if (doc.is_discarded() || doc["scan"]["fds_from"] != "bpf")
+      return std::string("no BPF scan: ") + r.err;
+    return doc["scan"]["fds_pin"].get<std::string>();
+  };
+  const std::vector<std::string> trace = {kGpureap, "trace",       "--gpu", "none",
+                                          "--json", "--fd-source", "bpf"};
+  auto with_flag = trace;
+  with_flag.insert(with_flag.end(), {"--bpf-pin-dir", dir});
+  const std::string first = fds_pin(with_flag, {});
+  ASSERT_EQ(first.rfind("pinned " + dir + "/scan-", 0), 0U) << first;
+  const std::string entry = first.substr(7);
+  EXPECT_EQ(fds_pin(with_flag, {}), "reused " + entry);
+  EXPECT_EQ(fds_pin(trace, {"GPUREAP_BPF_PIN_DIR=" + dir}), "reused " + entry);
+  EXPECT_EQ(fds_pin(trace, {}), "");  // without one, nothing is pinned or taken
 }
 
 TEST_F(TraceIntegration, AZombieCreatorIsStaleAndItsOrphanedContextNamesTheChild) {
