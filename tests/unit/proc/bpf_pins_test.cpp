@@ -115,6 +115,10 @@ TEST(BpfPins, TheNextProcessTakesThePinnedProgramsInsteadOfLoading) {
   const fs::path entry = pinned_entry(a->stats.fds_pin);
   EXPECT_EQ(f.entries(entry), (std::vector<std::string>{"data", "prog-" + a->stats.fds_loader}));
   first = KernelPrograms{};  // that process ends; the pins stay
+  // Unused for two days, then taken: taking it marks it used (stale entries go).
+  const timespec two_days_ago[2] = {{::time(nullptr) - 2L * 86400, 0},
+                                    {::time(nullptr) - 2L * 86400, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, entry.c_str(), two_days_ago, 0), 0);
 
   KernelPrograms next;
   next.pin_dir = dir;
@@ -123,6 +127,9 @@ TEST(BpfPins, TheNextProcessTakesThePinnedProgramsInsteadOfLoading) {
   EXPECT_EQ(b->stats.fds_pin, "reused " + entry.string());
   EXPECT_EQ(next.loads, 0U);
   EXPECT_EQ(b->stats.fds_loader, a->stats.fds_loader);
+  struct stat taken {};
+  ASSERT_EQ(::stat(entry.c_str(), &taken), 0);
+  EXPECT_GT(taken.st_mtim.tv_sec, ::time(nullptr) - 3600);
   // The pinned program walked: the kernel's answer names each description.
   const Process* p = find(*b, f.holder->pid());
   ASSERT_NE(p, nullptr);
