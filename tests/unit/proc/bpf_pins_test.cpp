@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -100,12 +102,24 @@ std::string pinned_entry(const std::string& fds_pin) {
   return fds_pin.substr(fds_pin.find(' ') + 1);
 }
 
+// What one process of --bpf-pin-dir DIR scans with.
+KernelPrograms pinning_to(const std::string& dir) {
+  KernelPrograms programs;
+  programs.pin_dir = dir;
+  return programs;
+}
+
+// Sets `path`'s access and modification times to `seconds` ago (0 on success).
+int last_used(const fs::path& path, std::int64_t seconds) {
+  const timespec at[2] = {{::time(nullptr) - seconds, 0}, {::time(nullptr) - seconds, 0}};
+  return ::utimensat(AT_FDCWD, path.c_str(), at, 0);
+}
+
 TEST(BpfPins, TheNextProcessTakesThePinnedProgramsInsteadOfLoading) {
   PinFixture f;
   ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
   const std::string dir = (f.bpffs / "gpureap").string();
-  KernelPrograms first;
-  first.pin_dir = dir;
+  KernelPrograms first = pinning_to(dir);
   auto a = f.scan(first);
   ASSERT_TRUE(a.ok()) << a.error().message;
   ASSERT_EQ(a->stats.fds_from, "bpf");
@@ -116,12 +130,9 @@ TEST(BpfPins, TheNextProcessTakesThePinnedProgramsInsteadOfLoading) {
   EXPECT_EQ(f.entries(entry), (std::vector<std::string>{"data", "prog-" + a->stats.fds_loader}));
   first = KernelPrograms{};  // that process ends; the pins stay
   // Unused for two days, then taken: taking it marks it used (stale entries go).
-  const timespec two_days_ago[2] = {{::time(nullptr) - 2L * 86400, 0},
-                                    {::time(nullptr) - 2L * 86400, 0}};
-  ASSERT_EQ(::utimensat(AT_FDCWD, entry.c_str(), two_days_ago, 0), 0);
+  ASSERT_EQ(last_used(entry, 2L * 86400), 0);
 
-  KernelPrograms next;
-  next.pin_dir = dir;
+  KernelPrograms next = pinning_to(dir);
   auto b = f.scan(next);
   ASSERT_TRUE(b.ok()) << b.error().message;
   EXPECT_EQ(b->stats.fds_pin, "reused " + entry.string());
@@ -137,8 +148,7 @@ TEST(BpfPins, TheNextProcessTakesThePinnedProgramsInsteadOfLoading) {
   EXPECT_EQ(p->gpu_files.size(), 2U);
   next = KernelPrograms{};
   // The css_set re-check switched the pinned .data off; the next taker switches it on.
-  KernelPrograms third;
-  third.pin_dir = dir;
+  KernelPrograms third = pinning_to(dir);
   auto c = f.scan(third);
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(c->stats.fds_pin, "reused " + entry.string());
@@ -150,14 +160,12 @@ TEST(BpfPins, ProgramsInUseByAnotherProcessAreNotShared) {
   PinFixture f;
   ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
   const std::string dir = (f.bpffs / "gpureap").string();
-  KernelPrograms holder;  // still scanning: its entry stays locked
-  holder.pin_dir = dir;
+  KernelPrograms holder = pinning_to(dir);  // still scanning: its entry stays locked
   auto a = f.scan(holder);
   ASSERT_TRUE(a.ok()) << a.error().message;
   ASSERT_EQ(a->stats.fds_pin.rfind("pinned ", 0), 0U) << a->stats.fds_pin;
 
-  KernelPrograms other;
-  other.pin_dir = dir;
+  KernelPrograms other = pinning_to(dir);
   auto b = f.scan(other);
   ASSERT_TRUE(b.ok()) << b.error().message;
   EXPECT_EQ(other.loads, 1U);  // its own programs
@@ -174,16 +182,14 @@ TEST(BpfPins, AHalfPinnedEntryIsRemovedAndPinnedAgain) {
   const std::string dir = (f.bpffs / "gpureap").string();
   std::string entry;
   {
-    KernelPrograms first;
-    first.pin_dir = dir;
+    KernelPrograms first = pinning_to(dir);
     auto a = f.scan(first);
     ASSERT_TRUE(a.ok()) << a.error().message;
     entry = pinned_entry(a->stats.fds_pin);
   }
   // As if the pinning process died between its two pins.
   ASSERT_EQ(::unlink((entry + "/data").c_str()), 0);
-  KernelPrograms next;
-  next.pin_dir = dir;
+  KernelPrograms next = pinning_to(dir);
   auto b = f.scan(next);
   ASSERT_TRUE(b.ok()) << b.error().message;
   EXPECT_EQ(b->stats.fds_pin, "pinned " + entry);
@@ -195,8 +201,7 @@ TEST(BpfPins, ADirectoryOffBpffsPinsNothingAndTheScanGoesOn) {
   PinFixture f;
   ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
   const std::string dir = (f.path / "not-bpffs").string();
-  KernelPrograms programs;
-  programs.pin_dir = dir;
+  KernelPrograms programs = pinning_to(dir);
   auto a = f.scan(programs);
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(a->stats.fds_pin, "not pinned: " + dir + " is not on a bpffs");
@@ -216,10 +221,8 @@ TEST(BpfPins, EntriesUnusedForADayOrBeyondEightAreRemovedWhereNobodyHoldsThem) {
   const fs::path held_entry = dir / "scan-he1d-0000000000000002";
   fs::create_directory(old_entry);
   fs::create_directory(held_entry);
-  const timespec two_days_ago[2] = {{::time(nullptr) - 2L * 86400, 0},
-                                    {::time(nullptr) - 2L * 86400, 0}};
-  ASSERT_EQ(::utimensat(AT_FDCWD, old_entry.c_str(), two_days_ago, 0), 0);
-  ASSERT_EQ(::utimensat(AT_FDCWD, held_entry.c_str(), two_days_ago, 0), 0);
+  ASSERT_EQ(last_used(old_entry, 2L * 86400), 0);
+  ASSERT_EQ(last_used(held_entry, 2L * 86400), 0);
   sys::UniqueFd held(::open(held_entry.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   ASSERT_TRUE(held.valid());
   ASSERT_EQ(::flock(held.get(), LOCK_EX), 0);
@@ -228,11 +231,9 @@ TEST(BpfPins, EntriesUnusedForADayOrBeyondEightAreRemovedWhereNobodyHoldsThem) {
     const fs::path recent =
         dir / ("scan-rec" + std::to_string(i) + "-000000000000000" + std::to_string(i));
     fs::create_directory(recent);
-    const timespec at[2] = {{::time(nullptr) - 100 + i, 0}, {::time(nullptr) - 100 + i, 0}};
-    ASSERT_EQ(::utimensat(AT_FDCWD, recent.c_str(), at, 0), 0);
+    ASSERT_EQ(last_used(recent, 100 - i), 0);
   }
-  KernelPrograms programs;
-  programs.pin_dir = dir.string();
+  KernelPrograms programs = pinning_to(dir.string());
   auto a = f.scan(programs);
   ASSERT_TRUE(a.ok()) << a.error().message;
   ASSERT_EQ(a->stats.fds_pin.rfind("pinned ", 0), 0U) << a->stats.fds_pin;
