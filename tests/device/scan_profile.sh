@@ -17,7 +17,7 @@ out=${OUT:-/tmp}
 name=${NAME:-scan}
 # shellcheck disable=SC2016  # $DEVS: expanded by the harness's sh -c
 command=${1:-'.devbin/bench_scan --fd-source bpf --threads 1 $DEVS'}
-[[ -f $BIN/perf.tar.xz ]] || { echo "scan_profile.sh: no .devbin/perf.tar.xz" >&2; exit 2; }
+[[ -f $BIN/perf.tar.xz ]] || { echo "scan_profile.sh: no .devbin/perf.tar.xz (PERF=1 tests/device/stage.sh)" >&2; exit 2; }
 tmp=/tmp/gpureap-perf
 rm -rf "$tmp" && mkdir -p "$tmp" && tar -xJf "$BIN/perf.tar.xz" -C "$tmp" || exit 2
 # A command, not a function: the harness runs --extra with sh -c.
@@ -26,7 +26,7 @@ chmod +x "$tmp/run"
 # shellcheck disable=SC2016  # expanded by the harness's sh -c
 PERF=$tmp/run PERF_DATA=$tmp/perf.data COMMAND=$command RUNS=${RUNS:-30} PATH=$BIN/peers:$PATH \
   "$BIN/bench_scan_run" --bench-scan "$BIN/bench_scan" --gpureap "$BIN/gpureap" --repeat 1 --extra '
-  for i in 1 2 3 4 5; do $COMMAND >/dev/null; done
+  for i in 1 2 3 4 5; do sh -c "$COMMAND" >/dev/null; done
   $PERF record -e cpu-clock -F 20000 -g -o "$PERF_DATA" -- sh -c "for i in \$(seq $RUNS); do
     taskset -c 1 $COMMAND >/dev/null; done"' >"$out/profile-$name-harness.txt" 2>&1
 # One program's symbol per load: its tag differs, its name does not.

@@ -25,4 +25,13 @@ done
 # Debug info would not fit the device tool's 64 MiB.
 strip .devbin/gpureap .devbin/gpureap-exporter .devbin/gpureap-worker-dynamic .devbin/bench_scan .devbin/bench_scan_run \
   .devbin/proc_unit_tests
+# PERF=1: Debian's perf with its libraries, for scan_profile.sh (the GPU
+# machine has none).
+if [[ ${PERF:-0} == 1 ]]; then
+  perf_dir=$(mktemp -d) && mkdir -p "$perf_dir/lib" && cp -L /usr/bin/perf "$perf_dir/"
+  for lib in $(ldd /usr/bin/perf | awk '/=> \// {print $3}'); do
+    case $(basename "$lib") in libc.so*|libm.so*|ld-linux*) ;; *) cp -L "$lib" "$perf_dir/lib/" ;; esac
+  done
+  tar -cJf .devbin/perf.tar.xz -C "$perf_dir" perf lib && rm -rf "$perf_dir"
+fi
 ls -la .devbin .devbin/lib

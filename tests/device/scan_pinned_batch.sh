@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one call: the scan with its programs pinned
+# (--bpf-pin-dir on a bpffs this script mounts and unmounts). bench_scan_run
+# with the pinned rows (REPEAT runs, default 7) and, in the same fleet,
+# ab_pinned.py default against pinned (RUNS alternating runs, default 15);
+# the kernel-dependent BPF unit tests; then perf profiles of the pinned scan
+# and the pinned trace (scan_profile.sh). Everything goes back as
+# $OUT/batch.tgz; the tables are printed last.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+BIN=$PWD/.devbin
+export LD_LIBRARY_PATH=$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+out=${OUT:-/tmp}
+work=$(mktemp -d)
+bpffs=$(mktemp -d /tmp/gpureap-bpffs.XXXXXX)
+mount -t bpf bpf "$bpffs" || { echo "scan_pinned_batch.sh: cannot mount a bpffs on $bpffs" >&2; exit 2; }
+# The pins live as long as the mount: unmount it whatever happens.
+trap 'umount "$bpffs"; rmdir "$bpffs"' EXIT
+pins=$bpffs/pins
+{
+  date -u +%FT%TZ
+  uname -r
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  nproc
+} >"$work/machine.txt" 2>&1
+PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$BIN/bench_scan" --gpureap "$BIN/gpureap" \
+  --repeat "${REPEAT:-7}" --bpf-pin-dir "$pins" \
+  --extra "python3 bench/scan/ab_pinned.py ${RUNS:-15} default=$BIN pinned=$BIN@$pins-ab" >"$work/harness.txt" 2>&1
+"$BIN/proc_unit_tests" --gtest_filter='BpfPins*:KernelFds*:KernelLoaders*:ScanReal*' >"$work/unit.txt" 2>&1
+echo "unit tests rc $?" >>"$work/unit.txt"
+# shellcheck disable=SC2016  # $DEVS: expanded by the harness's sh -c
+OUT=$work NAME=scan-pinned RUNS=${PROFILE_RUNS:-30} bash tests/device/scan_profile.sh \
+  ".devbin/bench_scan --fd-source bpf --threads 1 --bpf-pin-dir $pins-prof \$DEVS" >"$work/profile-scan.log" 2>&1
+OUT=$work NAME=trace-pinned RUNS=${PROFILE_RUNS:-30} bash tests/device/scan_profile.sh \
+  ".devbin/gpureap trace --gpu sim --json --threads 1 --bpf-pin-dir $pins-prof" >"$work/profile-trace.log" 2>&1
+tar -czf "$out/batch.tgz" -C "$work" .
+cat "$work/machine.txt"
+tail -3 "$work/unit.txt"
+echo "== profile, pinned scan (children, self) =="
+head -25 "$work/profile-scan-pinned-children.txt"
+echo "== profile, pinned trace =="
+head -25 "$work/profile-trace-pinned-children.txt"
+echo "== harness =="
+grep -vE '^\s*$' "$work/harness.txt" | tail -40
