@@ -64,7 +64,7 @@ std::string find_executable(std::string_view name, std::string_view search_path)
 // The order: runtime state files (cheap, exact) first — containerd, crio,
 // docker —, then crictl (a subprocess; only when found), then the kubelet log
 // dirs (they survive the container, so they come last).
-Resolvers default_resolvers(const sys::HostRoot& root, ResolverOptions options);
+Resolvers default_resolvers(const sys::HostRoot& root, const ResolverOptions& options);
 
 // Asks the resolvers in order; first hit wins. deleted = no resolver that
 // proves live state answered. ref.pod_uid (from the cgroup path) fills a

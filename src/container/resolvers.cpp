@@ -1,7 +1,6 @@
 // resolvers: the PodResolver implementations (one per source), the factory
 // that orders them, and resolve_container. Reading lives here; turning the
 // bytes into PodMeta is runtime_meta's pure parsers.
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include "container/pod_resolver.hpp"
 #include "container/run_capture.hpp"
 #include "container/runtime_meta.hpp"
+#include "sys/dir.hpp"
 
 namespace gpureap::container {
 
@@ -30,22 +30,7 @@ std::string strip_slash(std::string_view rel) {
 
 // Sorted entry names of a directory under the root; empty when unreadable.
 std::vector<std::string> list_dir(const sys::HostRoot& root, std::string_view rel) {
-  std::vector<std::string> names;
-  const std::string r = strip_slash(rel);
-  const int fd = ::openat(root.dir_fd(), r.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return names;
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    ::close(fd);
-    return names;
-  }
-  while (const dirent* e = ::readdir(dir)) {
-    const std::string_view n = e->d_name;
-    if (n != "." && n != "..") names.emplace_back(n);
-  }
-  ::closedir(dir);
-  std::sort(names.begin(), names.end());
-  return names;
+  return sys::entry_names(root.dir_fd(), strip_slash(rel).c_str());
 }
 
 std::optional<std::string> read_link(const sys::HostRoot& root, std::string_view rel) {
@@ -177,8 +162,10 @@ class LogDirResolver final : public PodResolver {
       auto m = parse_pod_log_dir(dir);
       if (!m || m->pod_uid != ref.pod_uid) continue;
       std::vector<std::string> containers;
-      for (auto& c : list_dir(root_, "var/log/pods/" + dir)) {
-        if (is_dir(root_, "var/log/pods/" + dir + "/" + c)) containers.push_back(std::move(c));
+      const std::string pod_dir = "var/log/pods/" + dir;
+      for (auto& c : list_dir(root_, pod_dir)) {
+        if (is_dir(root_, std::string(pod_dir).append("/").append(c)))
+          containers.push_back(std::move(c));
       }
       if (containers.size() == 1) m->container_name = containers.front();
       return m;
@@ -268,7 +255,7 @@ std::string find_executable(std::string_view name, std::string_view search_path)
   return {};
 }
 
-Resolvers default_resolvers(const sys::HostRoot& root, ResolverOptions options) {
+Resolvers default_resolvers(const sys::HostRoot& root, const ResolverOptions& options) {
   Resolvers out;
   out.push_back(make_containerd_resolver(root));
   out.push_back(make_crio_resolver(root));

@@ -1,12 +1,12 @@
 #include "gpu/device_nodes.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <charconv>
 
+#include "sys/dir.hpp"
 #include "sys/unique_fd.hpp"
 
 namespace gpureap::gpu {
@@ -17,25 +17,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
   return s;
-}
-
-// Names of the entries of a directory under the root, sorted for stable output.
-std::vector<std::string> list_dir(int dir_fd, const char* rel) {
-  std::vector<std::string> names;
-  int fd = ::openat(dir_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return names;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return names;
-  }
-  while (dirent* e = ::readdir(d)) {
-    std::string_view n(e->d_name);
-    if (n != "." && n != "..") names.emplace_back(n);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 void add_node(const sys::HostRoot& root, const std::string& name, std::vector<proc::DeviceNode>& out) {
@@ -89,13 +70,14 @@ std::vector<unsigned> nvidia_majors(const std::vector<CharDevice>& devices) {
 
 proc::DeviceMatcher real_device_matcher(const sys::HostRoot& root) {
   proc::DeviceMatcher m;
-  for (const auto& name : list_dir(root.dir_fd(), "dev")) {
+  for (const auto& name : sys::entry_names(root.dir_fd(), "dev")) {
     if (name.rfind("nvidia", 0) != 0) continue;
     // nvidia-caps/ and nvidia-caps-imex-channels/ are directories of nodes.
     struct stat st {};
     const std::string rel = "dev/" + name;
     if (::fstatat(root.dir_fd(), rel.c_str(), &st, 0) == 0 && S_ISDIR(st.st_mode)) {
-      for (const auto& cap : list_dir(root.dir_fd(), rel.c_str())) add_node(root, name + "/" + cap, m.nodes);
+      for (const auto& cap : sys::entry_names(root.dir_fd(), rel.c_str()))
+        add_node(root, std::string(name).append("/").append(cap), m.nodes);
       continue;
     }
     add_node(root, name, m.nodes);

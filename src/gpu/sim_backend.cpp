@@ -1,6 +1,5 @@
 #include "gpu/sim_backend.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "sys/dir.hpp"
 #include "sys/parse_number.hpp"
 #include "sys/unique_fd.hpp"
 
@@ -24,22 +24,13 @@ using nlohmann::json;
 
 using sys::parse_number;
 
-// Iterates a directory opened relative to `dir_fd`; the callback gets each name.
+// Iterates a directory opened relative to `dir_fd`; the callback gets the
+// directory's fd and each name.
 template <class F>
 bool for_each_entry(int dir_fd, const char* rel, F&& fn) {
-  int fd = ::openat(dir_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return false;
-  }
-  while (dirent* e = ::readdir(d)) {
-    std::string_view n(e->d_name);
-    if (n == "." || n == "..") continue;
-    fn(::dirfd(d), n);
-  }
-  ::closedir(d);
+  const auto listing = sys::list_dir(dir_fd, rel);
+  if (!listing) return false;
+  for (const auto& name : listing->names) fn(listing->dir.get(), std::string_view(name));
   return true;
 }
 
