@@ -1,6 +1,5 @@
 #include "proc/bpf_pins.hpp"
 
-#include <dirent.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
@@ -13,11 +12,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <functional>
 #include <utility>
+
+#include "sys/dir.hpp"
 
 namespace gpureap::proc {
 
@@ -60,38 +62,21 @@ bool info_of(int fd, Info& info) {
 }
 
 // Whether fd is a task iterator program named gpureap_scan, and data an
-// array of one `data_size` value: what this build pins, and nothing else
-// the directory might hold under that name.
+// array of one `data_size` value that the program itself uses (its .data):
+// what this build pins, and nothing else the directory might hold under
+// those names. A foreign map would take the switches the program never sees.
 bool is_scan(int prog, int data, std::uint32_t data_size) {
+  std::array<std::uint32_t, 16> map_ids{};  // the scan uses 4: .data, .rodata, args, .bss
   bpf_prog_info p{};
+  p.nr_map_ids = map_ids.size();
+  p.map_ids = reinterpret_cast<std::uintptr_t>(map_ids.data());
   bpf_map_info m{};
-  return info_of(prog, p) && p.type == BPF_PROG_TYPE_TRACING &&
-         std::strncmp(p.name, "gpureap_scan", sizeof p.name) == 0 && info_of(data, m) &&
-         m.type == BPF_MAP_TYPE_ARRAY && m.max_entries == 1 && m.value_size == data_size;
-}
-
-// The names in directory fd `dir`, but "." and "..".
-std::vector<std::string> names_in(int dir) {
-  std::vector<std::string> names;
-  const int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return names;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return names;
-  }
-  while (const dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-      names.emplace_back(e->d_name);
-  }
-  ::closedir(d);
-  return names;
-}
-
-// Unpins what entry `entry` (open, locked as `entry_fd`) holds and removes it.
-void remove_entry(int entry_fd, const std::string& entry) {
-  for (const auto& name : names_in(entry_fd)) (void)::unlinkat(entry_fd, name.c_str(), 0);
-  (void)::rmdir(entry.c_str());
+  if (!info_of(prog, p) || p.type != BPF_PROG_TYPE_TRACING ||
+      std::strncmp(p.name, "gpureap_scan", sizeof p.name) != 0 || !info_of(data, m) ||
+      m.type != BPF_MAP_TYPE_ARRAY || m.max_entries != 1 || m.value_size != data_size)
+    return false;
+  const auto used = std::min<std::size_t>(p.nr_map_ids, map_ids.size());
+  return std::find(map_ids.begin(), map_ids.begin() + used, m.id) != map_ids.begin() + used;
 }
 
 sys::UniqueFd locked(const std::string& entry) {
@@ -107,7 +92,7 @@ void remove_stale_entries(const std::string& dir) {
   sys::UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd) return;
   std::vector<std::pair<std::int64_t, std::string>> entries;  // (mtime, name)
-  for (auto& name : names_in(dir_fd.get())) {
+  for (auto& name : sys::entry_names(dir_fd.get(), ".")) {
     struct stat st {};
     if (name.rfind("scan-", 0) == 0 &&
         ::fstatat(dir_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
@@ -124,6 +109,12 @@ void remove_stale_entries(const std::string& dir) {
 }
 
 }  // namespace
+
+void remove_entry(int entry_fd, const std::string& entry) {
+  for (const auto& name : sys::entry_names(entry_fd, "."))
+    (void)::unlinkat(entry_fd, name.c_str(), 0);
+  (void)::rmdir(entry.c_str());
+}
 
 std::string own_build_id() {
   std::string id;
@@ -190,7 +181,7 @@ sys::Result<PinnedScan> take_pinned_scan(const std::string& dir, const std::stri
       return sys::Error{EWOULDBLOCK, pinned.entry + " is in use by another scan"};
     return sys::errno_error(errno, "open " + pinned.entry);
   }
-  for (const auto& file : names_in(pinned.lock.get())) {
+  for (const auto& file : sys::entry_names(pinned.lock.get(), ".")) {
     if (file.rfind("prog-", 0) == 0) {
       pinned.loader = file.substr(5);
       pinned.prog = object_at(pinned.entry + "/" + file);

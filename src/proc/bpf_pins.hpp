@@ -40,11 +40,16 @@ std::string pin_entry_name(std::string_view build_id, const std::vector<std::uin
 
 // The programs pinned as entry `name` in `dir`, locked for this process.
 // Errors: ENOENT, none pinned yet; ESTALE, what was pinned there is not a
-// scan program with a .data map of `data_size` bytes (a process died pinning
-// it), and the entry is removed: both leave the entry to pin. EWOULDBLOCK,
-// another process holds it; ENOTSUP, `dir` is not on a bpffs.
+// scan program with its own .data map of `data_size` bytes (a process died
+// pinning it, or something else was pinned there), and the entry is removed:
+// both leave the entry to pin. EWOULDBLOCK, another process holds it;
+// ENOTSUP, `dir` is not on a bpffs.
 sys::Result<PinnedScan> take_pinned_scan(const std::string& dir, const std::string& name,
                                          std::uint32_t data_size);
+
+// Unpins what entry `entry` (open and locked by this process as `entry_fd`)
+// holds, and removes it: its programs would not start.
+void remove_entry(int entry_fd, const std::string& entry);
 
 // Pins `prog` and `data` as entry `name` in `dir` (created, on a bpffs), and
 // removes stale entries (above). Returns the entry,

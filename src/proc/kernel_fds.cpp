@@ -58,6 +58,9 @@ struct KernelPrograms::Kept {
   std::vector<std::uint64_t> key;  // walk_key of what they were loaded for
   std::string loader, fallback;
   sys::UniqueFd pin_lock;  // the pinned entry they came from or went to, locked
+  // What a later scan of this process reports as scan.fds_pin: "reused
+  // ENTRY" when pinned, else why not (empty without a pin directory).
+  std::string pin_status;
 };
 
 namespace {
@@ -281,6 +284,7 @@ std::string pin_fresh(KernelPrograms& keep, const std::string& entry, const Star
                          fresh.programs.data_map.get(), fresh.loader);
   if (!pinned) return "not pinned: " + pinned.error().message;
   keep.kept->pin_lock = std::move(pinned->lock);
+  keep.kept->pin_status = "reused " + pinned->entry;
   return "pinned " + pinned->entry;
 }
 
@@ -926,6 +930,7 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
     auto again = restart(*keep->kept);
     if (again) {
       started = std::move(again.value());
+      pin = keep->kept->pin_status;  // kept by this process since an earlier scan
     } else {
       keep->kept.reset();  // loaded afresh below
     }
@@ -938,21 +943,24 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
     may_pin = !build_id.empty();
     if (!may_pin) pin = "not pinned: this executable has no build id";
   }
+  std::string replaced;  // why a pinned entry was removed, to pin afresh
   if (!started && may_pin) {
     auto pinned = take_pinned_scan(keep->pin_dir, entry,
                                    static_cast<std::uint32_t>(gpureap_scan_data_size()));
     if (pinned) {
       auto kept = std::make_unique<KernelPrograms::Kept>(KernelPrograms::Kept{
           ScanPrograms{std::move(pinned->prog), std::move(pinned->data), {}, {}}, key,
-          pinned->loader, "", std::move(pinned->lock)});
+          pinned->loader, "", std::move(pinned->lock), "reused " + pinned->entry});
       auto again = restart(*kept);
       if (again) {
         started = std::move(again.value());
+        pin = kept->pin_status;
         keep->kept = std::move(kept);
-        pin = "reused " + pinned->entry;
       } else {
-        pin = "not reused: " + again.error().message;
-        may_pin = false;
+        // It would fail every later run too: removed (this process holds its
+        // lock), and what this one loads is pinned in its place.
+        remove_entry(kept->pin_lock.get(), pinned->entry);
+        replaced = "; the one pinned there before would not start: " + again.error().message;
       }
     } else if (pinned.error().code != ENOENT && pinned.error().code != ESTALE) {
       pin = "not pinned: " + pinned.error().message;  // in use, or not a bpffs
@@ -966,10 +974,11 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
       // Nothing kept where the copies fail: the next scan loads afresh.
       auto copy = fresh->programs.copy();
       keep->kept = copy ? std::make_unique<KernelPrograms::Kept>(KernelPrograms::Kept{
-                              std::move(*copy), key, fresh->loader, fresh->fallback, {}})
+                              std::move(*copy), key, fresh->loader, fresh->fallback, {}, {}})
                         : nullptr;
       ++keep->loads;
-      if (may_pin) pin = pin_fresh(*keep, entry, *fresh);
+      if (may_pin) pin = pin_fresh(*keep, entry, *fresh) + replaced;
+      if (keep->kept && keep->kept->pin_status.empty()) keep->kept->pin_status = pin;
     }
     started = std::move(fresh.value());
   }

@@ -5,13 +5,17 @@
 #include "proc/bpf_pins.hpp"
 
 #include <gtest/gtest.h>
+#include <linux/bpf.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +119,29 @@ int last_used(const fs::path& path, std::int64_t seconds) {
   return ::utimensat(AT_FDCWD, path.c_str(), at, 0);
 }
 
+long bpf(int cmd, bpf_attr& attr) {
+  return ::syscall(SYS_bpf, cmd, &attr, sizeof attr);
+}
+
+// The object pinned at `path`, open.
+sys::UniqueFd pinned_object(const std::string& path) {
+  bpf_attr attr{};
+  attr.pathname = reinterpret_cast<std::uintptr_t>(path.c_str());
+  return sys::UniqueFd(static_cast<int>(bpf(BPF_OBJ_GET, attr)));
+}
+
+// The pinned map at `path` described, or a zeroed info when it cannot be.
+bpf_map_info map_info(const std::string& path) {
+  bpf_map_info info{};
+  const sys::UniqueFd map = pinned_object(path);
+  bpf_attr attr{};
+  attr.info.bpf_fd = static_cast<std::uint32_t>(map.get());
+  attr.info.info_len = sizeof info;
+  attr.info.info = reinterpret_cast<std::uintptr_t>(&info);
+  if (!map || bpf(BPF_OBJ_GET_INFO_BY_FD, attr) != 0) return bpf_map_info{};
+  return info;
+}
+
 TEST(BpfPins, TheNextProcessTakesThePinnedProgramsInsteadOfLoading) {
   PinFixture f;
   ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
@@ -195,6 +222,117 @@ TEST(BpfPins, AHalfPinnedEntryIsRemovedAndPinnedAgain) {
   EXPECT_EQ(b->stats.fds_pin, "pinned " + entry);
   EXPECT_EQ(next.loads, 1U);
   EXPECT_EQ(f.entries(entry).size(), 2U);
+}
+
+TEST(BpfPins, AProcessKeepingItsProgramsSaysOnLaterScansThatItReusesItsEntry) {
+  PinFixture f;
+  ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
+  const std::string dir = (f.bpffs / "gpureap").string();
+  KernelPrograms programs = pinning_to(dir);  // an exporter's, kept across scans
+  auto a = f.scan(programs);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  ASSERT_EQ(a->stats.fds_pin.rfind("pinned ", 0), 0U) << a->stats.fds_pin;
+  auto b = f.scan(programs);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->stats.fds_pin, "reused " + pinned_entry(a->stats.fds_pin));
+  EXPECT_EQ(programs.loads, 1U);
+  ASSERT_NE(find(*b, f.holder->pid()), nullptr);
+  EXPECT_EQ(find(*b, f.holder->pid())->gpu_files.size(), 2U);
+}
+
+TEST(BpfPins, AProcessThatCouldNotPinSaysWhyOnLaterScansToo) {
+  PinFixture f;
+  ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
+  const std::string dir = (f.path / "not-bpffs").string();
+  KernelPrograms programs = pinning_to(dir);
+  auto a = f.scan(programs);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  auto b = f.scan(programs);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->stats.fds_pin, "not pinned: " + dir + " is not on a bpffs");
+  EXPECT_EQ(programs.loads, 1U);
+}
+
+TEST(BpfPins, AnEntryWhoseDataMapIsNotItsProgramsOwnIsReplaced) {
+  PinFixture f;
+  ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
+  const std::string dir = (f.bpffs / "gpureap").string();
+  std::string entry;
+  {
+    KernelPrograms first = pinning_to(dir);
+    auto a = f.scan(first);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    entry = pinned_entry(a->stats.fds_pin);
+  }
+  // A map shaped like the .data map, but not the program's: its switches
+  // would never reach the program.
+  const bpf_map_info own = map_info(entry + "/data");
+  ASSERT_NE(own.id, 0U);
+  bpf_attr create{};
+  create.map_type = BPF_MAP_TYPE_ARRAY;
+  create.key_size = sizeof(std::uint32_t);
+  create.value_size = own.value_size;
+  create.max_entries = 1;
+  const sys::UniqueFd foreign(static_cast<int>(bpf(BPF_MAP_CREATE, create)));
+  ASSERT_TRUE(foreign.valid()) << std::strerror(errno);
+  const std::string data_path = entry + "/data";
+  ASSERT_EQ(::unlink(data_path.c_str()), 0);
+  bpf_attr pin{};
+  pin.pathname = reinterpret_cast<std::uintptr_t>(data_path.c_str());
+  pin.bpf_fd = static_cast<std::uint32_t>(foreign.get());
+  ASSERT_EQ(bpf(BPF_OBJ_PIN, pin), 0) << std::strerror(errno);
+  const std::uint32_t foreign_id = map_info(entry + "/data").id;
+  ASSERT_NE(foreign_id, 0U);
+
+  KernelPrograms next = pinning_to(dir);
+  auto b = f.scan(next);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->stats.fds_pin, "pinned " + entry);
+  EXPECT_EQ(next.loads, 1U);
+  const std::uint32_t now_id = map_info(entry + "/data").id;
+  EXPECT_NE(now_id, 0U);
+  EXPECT_NE(now_id, foreign_id);
+}
+
+TEST(BpfPins, AnEntryWhoseProgramsWouldNotStartIsReplaced) {
+  PinFixture f;
+  ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
+  const std::string dir = (f.bpffs / "gpureap").string();
+  std::string entry;
+  {
+    KernelPrograms first = pinning_to(dir);
+    auto a = f.scan(first);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    entry = pinned_entry(a->stats.fds_pin);
+  }
+  // A frozen .data map takes no switch from user space: the restart fails.
+  {
+    const sys::UniqueFd data = pinned_object(entry + "/data");
+    ASSERT_TRUE(data.valid()) << std::strerror(errno);
+    bpf_attr freeze{};
+    freeze.map_fd = static_cast<std::uint32_t>(data.get());
+    ASSERT_EQ(bpf(BPF_MAP_FREEZE, freeze), 0) << std::strerror(errno);
+  }
+  const std::uint32_t frozen_id = map_info(entry + "/data").id;
+
+  KernelPrograms next = pinning_to(dir);
+  auto b = f.scan(next);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->stats.fds_pin.rfind(
+                "pinned " + entry + "; the one pinned there before would not start: ", 0),
+            0U)
+      << b->stats.fds_pin;
+  EXPECT_EQ(next.loads, 1U);
+  EXPECT_NE(map_info(entry + "/data").id, frozen_id);
+  ASSERT_NE(find(*b, f.holder->pid()), nullptr);
+  EXPECT_EQ(find(*b, f.holder->pid())->gpu_files.size(), 2U);
+  next = KernelPrograms{};
+  // What replaced it starts.
+  KernelPrograms third = pinning_to(dir);
+  auto c = f.scan(third);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->stats.fds_pin, "reused " + entry);
+  EXPECT_EQ(third.loads, 0U);
 }
 
 TEST(BpfPins, ADirectoryOffBpffsPinsNothingAndTheScanGoesOn) {
