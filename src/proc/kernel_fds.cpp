@@ -580,14 +580,22 @@ struct Share {
   std::optional<sys::Error> failed;
 };
 
+// The environment parsed last, and its text: forked workers at neighbouring
+// pids mostly share one, and comparing it costs less than parsing it again.
+struct LastEnv {
+  std::string text;
+  std::vector<std::pair<std::string, std::string>> keys;
+  bool valid = false;
+};
+
 // An args record's bytes for the task just read (its task record comes
 // first, in the same object): argv, unless the argument area was rewritten
 // (setproctitle: its last byte is not the terminating NUL, and the file reads
 // on into the environment, so the scan asks it), and the environment's keys
-// asked for. `last`: the argv taken before, shared where the text is the same
-// (forked workers at neighbouring pids).
+// asked for. `last`, `last_env`: what was taken before, shared or copied where
+// the text is the same.
 void take_args(const ArgsRecord& r, const char* bytes, const std::vector<std::string>& env_keys,
-               Argv& last, std::vector<KernelTask>& tasks) {
+               Argv& last, LastEnv& last_env, std::vector<KernelTask>& tasks) {
   if (tasks.empty() || tasks.back().tgid != static_cast<pid_t>(r.tgid)) return;
   KernelTask& t = tasks.back();
   const std::string_view args(bytes + sizeof r, r.arg_len);
@@ -595,8 +603,15 @@ void take_args(const ArgsRecord& r, const char* bytes, const std::vector<std::st
     last = parse_cmdline(args, last);
     t.argv = last;
   }
-  if (r.env_copied == 1 && !env_keys.empty())
-    t.env = parse_environ(std::string_view(bytes + sizeof r + r.arg_len, r.env_len), env_keys);
+  if (r.env_copied == 1 && !env_keys.empty()) {
+    const std::string_view env(bytes + sizeof r + r.arg_len, r.env_len);
+    if (!last_env.valid || env != last_env.text) {
+      last_env.text.assign(env);
+      last_env.keys = parse_environ(env, env_keys);
+      last_env.valid = true;
+    }
+    t.env = last_env.keys;
+  }
 }
 
 // Reads one share's iteration (one of `count`). `walks`: the table walk (a
@@ -610,6 +625,7 @@ void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& d
     share.leaders.reserve(4096 / count);
   }
   Argv last;
+  LastEnv last_env;
   auto ran = read_iterator(
       share.iter.get(), "BPF descriptor iterator", [&](std::uint32_t kind, const char* bytes) {
         switch (kind) {
@@ -626,7 +642,7 @@ void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& d
             break;
           }
           case GPUREAP_REC_ARGS:
-            take_args(record_as<ArgsRecord>(bytes), bytes, env_keys, last, share.tasks);
+            take_args(record_as<ArgsRecord>(bytes), bytes, env_keys, last, last_env, share.tasks);
             break;
           case GPUREAP_REC_END: {
             const auto r = record_as<EndRecord>(bytes);

@@ -1140,6 +1140,56 @@ TEST(KernelFds, TheIteratorCopiesArgvAndAHoldersEnvironmentItself) {
   }
 }
 
+// Neighbours with one environment (forked workers) share its parse; the
+// reader compares each text with the one before, so a neighbour whose
+// environment differs gets its own, also between two that are the same.
+TEST(KernelFds, NeighboursWithOneEnvironmentShareItsParseAndOthersGetTheirOwn) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string dev = (dir.path / "nvidia0").string();
+  write_file(dev, "");
+  struct stat dev_st {};
+  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const std::vector<std::string> a = {"CUDA_VISIBLE_DEVICES=3", "LOCAL_RANK=1", "PATH=/bin"};
+  const std::vector<std::string> b = {"CUDA_VISIBLE_DEVICES=5", "LOCAL_RANK=2", "PATH=/bin"};
+  const std::vector<std::string> a_longer = {"CUDA_VISIBLE_DEVICES=3", "LOCAL_RANK=1",
+                                             "PATH=/bin:/usr/bin"};
+  const std::vector<std::vector<std::string>> envs = {a, a, b, a, a_longer};
+  std::vector<Pipes> pipes(envs.size());
+  std::vector<Child> holders;
+  for (std::size_t i = 0; i < envs.size(); ++i) {
+    holders.push_back(spawn_ready(pipes[i], [&] {
+      const std::string redirect = "exec 7<" + dev + "; printf r >&100; read -r x <&101";
+      std::vector<const char*> env;
+      for (const auto& e : envs[i]) env.push_back(e.c_str());
+      env.push_back(nullptr);
+      ::execle("/bin/bash", "bash", "-c", redirect.c_str(), static_cast<char*>(nullptr),
+               env.data());
+      ::_exit(127);
+    }));
+    ASSERT_TRUE(holders.back().started()) << i;
+  }
+  after_this_clock_tick();
+
+  DeviceMatcher m;
+  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  const std::vector<std::string> keys = {"CUDA_VISIBLE_DEVICES", "LOCAL_RANK"};
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  const Env want_a = {{"CUDA_VISIBLE_DEVICES", "3"}, {"LOCAL_RANK", "1"}};
+  const Env want_b = {{"CUDA_VISIBLE_DEVICES", "5"}, {"LOCAL_RANK", "2"}};
+  const std::vector<Env> want = {want_a, want_a, want_b, want_a, want_a};
+  auto k = read_kernel_fds(slash(), m, nullptr, 1, {}, KernelReads::direct, keys);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  for (std::size_t i = 0; i < holders.size(); ++i) {
+    const KernelTask* t = k->find_task(holders[i].pid());
+    ASSERT_NE(t, nullptr) << i;
+    ASSERT_EQ(t->env.has_value(), direct_reads_possible()) << i;
+    if (t->env) {
+      EXPECT_EQ(*t->env, want[i]) << i;
+    }
+  }
+}
+
 // The numeric entries of /proc now, sorted.
 std::vector<pid_t> proc_listing() {
   std::vector<pid_t> pids;
