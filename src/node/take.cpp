@@ -18,8 +18,17 @@ namespace {
 void resolve_containers(NodeSnapshot& snap, const container::Resolvers& resolvers) {
   // Many processes share a container: resolve each container id once.
   std::map<std::string, std::shared_ptr<const container::ContainerInfo>> cache;
+  // And one css_set's cgroup lines (the scan shares them: one object) name
+  // one container: parsed once for a run of processes in it.
+  const std::vector<proc::CgroupLine>* last_lines = nullptr;
+  std::optional<container::ContainerRef> last_ref;
   for (auto& rec : snap.records) {
-    auto ref = container::container_from_cgroups(rec.process.cgroups);
+    const std::vector<proc::CgroupLine>& lines = rec.process.cgroups;
+    if (&lines != last_lines) {
+      last_ref = container::container_from_cgroups(lines);
+      last_lines = &lines;
+    }
+    const auto& ref = last_ref;
     if (!ref) continue;
     auto it = cache.find(ref->id);
     if (it == cache.end()) {
