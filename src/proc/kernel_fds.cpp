@@ -533,9 +533,13 @@ std::optional<KernelTask> kernel_task(const TaskRecord& r, std::uint64_t ns_per_
     st.session = static_cast<pid_t>(r.session);
     st.flags = r.flags;
     st.start_time = t.start_ticks;
-    // Not for kernel threads: stat shows a worker's or kthread's full name,
-    // longer than comm.
-    if (!st.kernel_thread()) t.stat = std::move(st);
+    // fs/proc/array.c proc_task_name: a workqueue worker's name is built from
+    // its current work, a kernel thread's from its full_name, set only where
+    // comm (TASK_COMM_LEN - 1 = 15 characters) cut it.
+    constexpr std::uint32_t kWorkqueueWorker = 0x20;  // PF_WQ_WORKER
+    if (st.kernel_thread())
+      t.name_from_proc = (st.flags & kWorkqueueWorker) != 0 || st.comm.size() >= 15;
+    t.stat = std::move(st);
   }
   return t;
 }

@@ -80,6 +80,11 @@ struct KernelTask {
   // What /proc/PID/stat would give, as the kernel's do_task_stat computes it
   // for the initial PID namespace; unset when this kernel's BTF lacks a member.
   std::optional<StatInfo> stat;
+  // A kernel thread whose /proc name may be longer than comm: a workqueue
+  // worker's ("kworker/0:1-events", its current work appended) or a name cut
+  // at 15 characters (the kthread's full_name). The scan reads /proc/PID/comm
+  // for those; any other kernel thread's /proc name is its comm.
+  bool name_from_proc = false;
   // Its css_set (task->cgroups), 0 when unread or the task is exiting: the
   // kernel's one object per combination of cgroups on every hierarchy, v1 and
   // v2. Live processes that share it have the same /proc/PID/cgroup (an

@@ -474,10 +474,28 @@ struct Reader {
   Outcome read_known(pid_t pid, const KernelTask& task, Process& p, std::string* why,
                      std::uint64_t cmdline_at) {
     StatInfo st = *task.stat;
+    const bool kernel_thread = st.kernel_thread();
     take_stat(pid, st, p);
     p.tgid = pid;
     p.uid = task.uid;
     p.nspid.assign(task.nspid.begin(), task.nspid.begin() + task.levels);
+    if (kernel_thread) {
+      // No argv, environment or descriptors; comm (by path: one open, a
+      // cheaper file than stat) where /proc names it otherwise.
+      if (task.name_from_proc) {
+        if (int err = read_into(proc_base(), proc_path(pid, "comm"), true); err != 0) {
+          if (why != nullptr)
+            *why = "read proc/" + std::to_string(pid) + "/comm: " + std::strerror(err);
+          return classify_errno(err);
+        }
+        if (!text.empty() && text.back() == '\n') text.pop_back();
+        p.comm = text;
+      }
+      take_cgroups(
+          proc_base(), [&](const char* name) { return proc_path(pid, name); }, &task, p);
+      p.fds_readable = options.read_fds;
+      return Outcome::ok;
+    }
 
     int pfd = -1;
     sys::UniqueFd pid_fd;

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -834,8 +835,8 @@ TEST(KernelFds, TaskIteratorGivesWhatStatGives) {
   // Processes whose stat cannot change while the test looks: a session
   // leader, a group leader, a stopped one with a comm that has spaces and
   // parentheses, a zombie. The task iterator's fields must be /proc/PID/stat's,
-  // so the scan may skip that file. Not for kernel threads, whose stat name
-  // can be longer than comm ("kworker/R-rcu_gp"): there stat is read.
+  // so the scan may skip that file. A kernel thread's name there can be
+  // longer than comm ("kworker/R-rcu_gp"): the task says where to read it.
   Pipes p1, p2, p3;
   Child leader = spawn_ready(p1, [] { (void)::setsid(); });
   Child group = spawn_ready(p2, [] { (void)::setpgid(0, 0); });
@@ -865,8 +866,19 @@ TEST(KernelFds, TaskIteratorGivesWhatStatGives) {
   EXPECT_EQ(k->tasks_note, "");
   std::vector<pid_t> pids = {leader.pid(), group.pid(), stopped.pid(), zombie.pid(), ::getpid()};
   if (kthread != 0) {
-    ASSERT_NE(k->find_task(kthread), nullptr);
-    EXPECT_FALSE(k->find_task(kthread)->stat.has_value());
+    const KernelTask* t = k->find_task(kthread);
+    ASSERT_NE(t, nullptr);
+    ASSERT_TRUE(t->stat.has_value());
+    const auto want = proc_stat(kthread);
+    ASSERT_TRUE(want.has_value());
+    EXPECT_TRUE(t->stat->kernel_thread());
+    EXPECT_EQ(t->stat->ppid, want->ppid);
+    EXPECT_EQ(t->stat->start_time, want->start_time);
+    const bool longer = (want->flags & 0x20) != 0 || want->comm.size() >= 15;  // PF_WQ_WORKER
+    EXPECT_EQ(t->name_from_proc, longer) << want->comm;
+    if (!longer) {
+      EXPECT_EQ(t->stat->comm, want->comm);
+    }
   }
   for (pid_t pid : pids) {
     const KernelTask* t = k->find_task(pid);
@@ -1138,6 +1150,51 @@ TEST(KernelFds, TheIteratorCopiesArgvAndAHoldersEnvironmentItself) {
       }
     }
   }
+}
+
+// Every kernel thread's name, as /proc/PID/comm gives it, by pid.
+std::map<pid_t, std::string> kernel_thread_names() {
+  std::map<pid_t, std::string> names;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto st = proc_stat(std::stoi(name));
+    if (!st || !st->kernel_thread()) continue;
+    std::string comm = proc_file(st->pid, "comm");
+    if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    names.emplace(st->pid, std::move(comm));
+  }
+  return names;
+}
+
+// A kernel thread's name as /proc gives it (fs/proc/array.c proc_task_name):
+// a workqueue worker's with its work ("kworker/0:1-events"), one longer than
+// comm whole ("rcu_exp_par_gp_kthread_worker/0"), the rest their comm. The
+// scan reads /proc only for the first two. Workers rename as they work: the
+// scan is asked again until the names read before and after it agree.
+TEST(KernelFds, TheScanNamesKernelThreadsAsProcDoes) {
+  auto root = slash();
+  ScanOptions opts;
+  opts.fd_source = FdSource::kernel;
+  bool compared = false;
+  for (int attempt = 0; attempt < 50 && !compared; ++attempt) {
+    const auto before = kernel_thread_names();
+    auto t = scan_processes(root, opts);
+    const auto after = kernel_thread_names();
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    ASSERT_EQ(t->stats.fds_from, "bpf");
+    if (before != after) continue;
+    std::size_t workers = 0;
+    for (const auto& [pid, name] : before) {
+      const Process* p = find(*t, pid);
+      ASSERT_NE(p, nullptr) << pid << " " << name;
+      EXPECT_EQ(p->comm, name) << pid;
+      if (name.rfind("kworker/", 0) == 0) ++workers;
+    }
+    EXPECT_GT(workers, 0U) << "no workqueue worker compared";
+    compared = true;
+  }
+  EXPECT_TRUE(compared) << "kernel thread names never held still across a scan";
 }
 
 // Neighbours with one environment (forked workers) share its parse; the
