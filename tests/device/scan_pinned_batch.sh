@@ -4,8 +4,9 @@
 # with the pinned rows (REPEAT runs, default 7) and, in the same fleet,
 # ab_pinned.py default against pinned (RUNS alternating runs, default 15);
 # the kernel-dependent BPF unit tests; then perf profiles of the pinned scan
-# and the pinned trace (scan_profile.sh). Everything goes back as
-# $OUT/batch.tgz; the tables are printed last.
+# and the pinned trace (scan_profile.sh). With an earlier build in
+# .devbin/prev/ (its gpureap and bench_scan), ab_pinned.py runs it pinned too.
+# Everything goes back as $OUT/batch.tgz; the tables are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BIN=$PWD/.devbin
@@ -22,10 +23,13 @@ pins=$bpffs/pins
   uname -r
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   nproc
+  grep -m1 'model name' /proc/cpuinfo
 } >"$work/machine.txt" 2>&1
+builds="default=$BIN pinned=$BIN@$pins-ab"
+[[ -x $BIN/prev/gpureap && -x $BIN/prev/bench_scan ]] && builds="$builds prev-pinned=$BIN/prev@$pins-prev"
 PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$BIN/bench_scan" --gpureap "$BIN/gpureap" \
   --repeat "${REPEAT:-7}" --bpf-pin-dir "$pins" \
-  --extra "python3 bench/scan/ab_pinned.py ${RUNS:-15} default=$BIN pinned=$BIN@$pins-ab" >"$work/harness.txt" 2>&1
+  --extra "python3 bench/scan/ab_pinned.py ${RUNS:-15} $builds" >"$work/harness.txt" 2>&1
 "$BIN/proc_unit_tests" --gtest_filter='BpfPins*:KernelFds*:KernelLoaders*:ScanReal*' >"$work/unit.txt" 2>&1
 echo "unit tests rc $?" >>"$work/unit.txt"
 # shellcheck disable=SC2016  # $DEVS: expanded by the harness's sh -c
