@@ -26,6 +26,7 @@
 #include "child.hpp"
 #include "proc/kernel_fds.hpp"
 #include "proc/scan.hpp"
+#include "sim_device.hpp"
 
 namespace gpureap::proc {
 namespace {
@@ -55,10 +56,9 @@ struct PinFixture {
     fs::create_directory(bpffs);
     mounted = ::mount("bpf", bpffs.c_str(), "bpf", 0, nullptr) == 0;
     dev = (path / "nvidia0").string();
-    std::ofstream(dev) << "";
-    struct stat st {};
-    if (::stat(dev.c_str(), &st) != 0) return;
-    devices.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{st.st_dev, st.st_ino}});
+    const auto node = test::sim_device_file("nvidia0", dev);
+    if (!node) return;
+    devices.nodes.push_back(*node);
     holder.emplace(spawn_ready(pipes, [&] {
       ::open(dev.c_str(), O_RDONLY);
       ::open(dev.c_str(), O_RDONLY);
@@ -111,6 +111,22 @@ KernelPrograms pinning_to(const std::string& dir) {
   KernelPrograms programs;
   programs.pin_dir = dir;
   return programs;
+}
+
+// The entry that one process of --bpf-pin-dir `dir` pinned, left as it
+// ended; "" (and a failure) where it pinned nothing.
+std::string pinned_by_an_ended_process(const PinFixture& f, const std::string& dir) {
+  KernelPrograms first = pinning_to(dir);
+  auto a = f.scan(first);
+  if (!a.ok()) {
+    ADD_FAILURE() << a.error().message;
+    return "";
+  }
+  if (a->stats.fds_pin.rfind("pinned ", 0) != 0) {
+    ADD_FAILURE() << a->stats.fds_pin;
+    return "";
+  }
+  return pinned_entry(a->stats.fds_pin);
 }
 
 // Sets `path`'s access and modification times to `seconds` ago (0 on success).
@@ -207,13 +223,8 @@ TEST(BpfPins, AHalfPinnedEntryIsRemovedAndPinnedAgain) {
   PinFixture f;
   ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
   const std::string dir = (f.bpffs / "gpureap").string();
-  std::string entry;
-  {
-    KernelPrograms first = pinning_to(dir);
-    auto a = f.scan(first);
-    ASSERT_TRUE(a.ok()) << a.error().message;
-    entry = pinned_entry(a->stats.fds_pin);
-  }
+  const std::string entry = pinned_by_an_ended_process(f, dir);
+  ASSERT_FALSE(entry.empty());
   // As if the pinning process died between its two pins.
   ASSERT_EQ(::unlink((entry + "/data").c_str()), 0);
   KernelPrograms next = pinning_to(dir);
@@ -257,13 +268,8 @@ TEST(BpfPins, AnEntryWhoseDataMapIsNotItsProgramsOwnIsReplaced) {
   PinFixture f;
   ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
   const std::string dir = (f.bpffs / "gpureap").string();
-  std::string entry;
-  {
-    KernelPrograms first = pinning_to(dir);
-    auto a = f.scan(first);
-    ASSERT_TRUE(a.ok()) << a.error().message;
-    entry = pinned_entry(a->stats.fds_pin);
-  }
+  const std::string entry = pinned_by_an_ended_process(f, dir);
+  ASSERT_FALSE(entry.empty());
   // A map shaped like the .data map, but not the program's: its switches
   // would never reach the program.
   const bpf_map_info own = map_info(entry + "/data");
@@ -298,13 +304,8 @@ TEST(BpfPins, AnEntryWhoseProgramsWouldNotStartIsReplaced) {
   PinFixture f;
   ASSERT_TRUE(f.ready()) << "mount bpffs on " << f.bpffs;
   const std::string dir = (f.bpffs / "gpureap").string();
-  std::string entry;
-  {
-    KernelPrograms first = pinning_to(dir);
-    auto a = f.scan(first);
-    ASSERT_TRUE(a.ok()) << a.error().message;
-    entry = pinned_entry(a->stats.fds_pin);
-  }
+  const std::string entry = pinned_by_an_ended_process(f, dir);
+  ASSERT_FALSE(entry.empty());
   // A frozen .data map takes no switch from user space: the restart fails.
   {
     const sys::UniqueFd data = pinned_object(entry + "/data");

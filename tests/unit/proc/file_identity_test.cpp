@@ -20,6 +20,7 @@
 
 #include "child.hpp"
 #include "proc/scan.hpp"
+#include "sim_device.hpp"
 
 namespace gpureap::proc {
 namespace {
@@ -82,11 +83,9 @@ class SharedDescriptions : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = fs::canonical(tmpl);
     dev_ = (dir_ / "nvidia0").string();
-    std::ofstream(dev_) << "";
-    struct stat st {};
-    ASSERT_EQ(::stat(dev_.c_str(), &st), 0);
-    devices_.nodes.push_back(
-        DeviceNode{"nvidia0", dev_, std::nullopt, FileId{st.st_dev, st.st_ino}});
+    const auto node = test::sim_device_file("nvidia0", dev_);
+    ASSERT_TRUE(node.has_value());
+    devices_.nodes.push_back(*node);
     // The parent opens twice, then forks the child, which pauses until
     // PDEATHSIG ends it with the parent.
     const std::string dev = dev_;

@@ -33,6 +33,7 @@
 #include "child.hpp"
 #include "proc/kernel_fds.hpp"
 #include "proc/scan.hpp"
+#include "sim_device.hpp"
 
 namespace gpureap::proc {
 namespace {
@@ -155,11 +156,9 @@ class KernelLoaders : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
     dir_ = fs::canonical(tmpl);
     const std::string dev = (dir_ / "nvidia0").string();
-    std::ofstream(dev) << "";
-    struct stat st {};
-    ASSERT_EQ(::stat(dev.c_str(), &st), 0);
-    devices_.nodes.push_back(
-        DeviceNode{"nvidia0", dev, std::nullopt, FileId{st.st_dev, st.st_ino}});
+    const auto node = test::sim_device_file("nvidia0", dev);
+    ASSERT_TRUE(node.has_value());
+    devices_.nodes.push_back(*node);
     holder_.emplace(spawn_ready(pipes_, [&] {
       for (int i = 0; i < 3; ++i) ::open(dev.c_str(), O_RDONLY);
     }));

@@ -37,6 +37,7 @@
 #include "proc/kernel_fds.hpp"
 #include "proc/parse.hpp"
 #include "proc/process_memory.hpp"
+#include "sim_device.hpp"
 #include "test_support.hpp"
 
 namespace gpureap::proc {
@@ -47,6 +48,7 @@ using test::after_this_clock_tick;
 using test::Child;
 using test::fixture;
 using test::Pipes;
+using test::sim_device_file;
 using test::spawn_ready;
 
 sys::HostRoot slash() {
@@ -426,9 +428,8 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string dev = (dir.path / "nvidia0").string();
-  write_file(dev, "");
-  struct stat dev_st {};
-  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const auto dev_node = sim_device_file("nvidia0", dev);
+  ASSERT_TRUE(dev_node.has_value());
   struct stat full_st {};
   ASSERT_EQ(::stat("/dev/full", &full_st), 0);
 
@@ -463,7 +464,7 @@ TEST(KernelFds, AgreesWithTheProcfsWalkOnEveryChild) {
   after_this_clock_tick();
 
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  m.nodes.push_back(*dev_node);
   m.nodes.push_back(DeviceNode{"fake-full", "/dev/not-this-path", full_st.st_rdev, std::nullopt});
   m.majors.push_back(1);
   auto root = slash();
@@ -521,9 +522,8 @@ TEST(KernelFds, AWalkSharedByThreadsGivesWhatOneReaderGives) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string dev = (dir.path / "nvidia0").string();
-  write_file(dev, "");
-  struct stat dev_st {};
-  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const auto dev_node = sim_device_file("nvidia0", dev);
+  ASSERT_TRUE(dev_node.has_value());
   // Consecutive pids, so every share of 4 (and most of 16) has some; each
   // holds a count of its own, and the last a thread with a table of its own.
   std::vector<Pipes> pipes(12);
@@ -563,7 +563,7 @@ TEST(KernelFds, AWalkSharedByThreadsGivesWhatOneReaderGives) {
   after_this_clock_tick();
 
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  m.nodes.push_back(*dev_node);
   auto root = slash();
   auto one = read_kernel_fds(root, m, nullptr, 1);
   ASSERT_TRUE(one.ok()) << one.error().message;
@@ -634,12 +634,9 @@ TEST(KernelFds, KeptProgramsLoadOnceAndAnswerEveryScan) {
   ASSERT_FALSE(dir.path.empty());
   const std::string dev = (dir.path / "nvidia0").string();
   const std::string other = (dir.path / "nvidia1").string();
-  write_file(dev, "");
-  write_file(other, "");
-  struct stat dev_st {};
-  struct stat other_st {};
-  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
-  ASSERT_EQ(::stat(other.c_str(), &other_st), 0);
+  const auto dev_node = sim_device_file("nvidia0", dev);
+  const auto other_node = sim_device_file("nvidia1", other);
+  ASSERT_TRUE(dev_node.has_value() && other_node.has_value());
   Pipes pipes;
   Child holder = spawn_ready(pipes, [&] {
     for (int i = 0; i < 3; ++i) ::open(dev.c_str(), O_RDONLY);
@@ -649,11 +646,9 @@ TEST(KernelFds, KeptProgramsLoadOnceAndAnswerEveryScan) {
   after_this_clock_tick();
 
   DeviceMatcher one;
-  one.nodes.push_back(
-      DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  one.nodes.push_back(*dev_node);
   DeviceMatcher two = one;
-  two.nodes.push_back(
-      DeviceNode{"nvidia1", other, std::nullopt, FileId{other_st.st_dev, other_st.st_ino}});
+  two.nodes.push_back(*other_node);
   KernelPrograms keep;
   auto scan = [&](const DeviceMatcher& m) {
     ScanOptions opts;
@@ -691,9 +686,8 @@ TEST(KernelFds, AThreadWithItsOwnDescriptorTableCountsForItsProcess) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string dev = (dir.path / "nvidia0").string();
-  write_file(dev, "");
-  struct stat dev_st {};
-  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const auto dev_node = sim_device_file("nvidia0", dev);
+  ASSERT_TRUE(dev_node.has_value());
   Pipes pipes;
   Child holder = spawn_ready(pipes, [&] {
     int opened[2];
@@ -714,16 +708,13 @@ TEST(KernelFds, AThreadWithItsOwnDescriptorTableCountsForItsProcess) {
   after_this_clock_tick();
 
   DeviceMatcher one;
-  one.nodes.push_back(
-      DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  one.nodes.push_back(*dev_node);
   DeviceMatcher nine = one;  // eight more regular files: the task_file form answers
   for (int i = 1; i < 9; ++i) {
     const std::string other = (dir.path / ("nvidia" + std::to_string(i))).string();
-    write_file(other, "");
-    struct stat st {};
-    ASSERT_EQ(::stat(other.c_str(), &st), 0);
-    nine.nodes.push_back(DeviceNode{"nvidia" + std::to_string(i), other, std::nullopt,
-                                    FileId{st.st_dev, st.st_ino}});
+    const auto node = sim_device_file("nvidia" + std::to_string(i), other);
+    ASSERT_TRUE(node.has_value()) << other;
+    nine.nodes.push_back(*node);
   }
   for (const DeviceMatcher* m : {&one, &nine}) {
     ScanOptions opts;
@@ -954,9 +945,8 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string dev = (dir.path / "nvidia0").string();
-  write_file(dev, "");
-  struct stat dev_st {};
-  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const auto dev_node = sim_device_file("nvidia0", dev);
+  ASSERT_TRUE(dev_node.has_value());
   Pipes p1, p2;
   Child holder = spawn_holder_with_env(p1, dev, "marker-env");
   Child retitled = spawn_retitled_holder(p2, dev);
@@ -964,7 +954,7 @@ TEST(KernelFds, ArgvAndEnvironmentCopiedFromMemoryAreWhatTheFilesSay) {
   after_this_clock_tick();
 
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  m.nodes.push_back(*dev_node);
   auto root = slash();
   // The copy itself: the two files' bytes, one after the other.
   auto k = read_kernel_fds(root, m);
@@ -1068,9 +1058,8 @@ TEST(KernelFds, TheIteratorCopiesArgvAndAHoldersEnvironmentItself) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string dev = (dir.path / "nvidia0").string();
-  write_file(dev, "");
-  struct stat dev_st {};
-  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const auto dev_node = sim_device_file("nvidia0", dev);
+  ASSERT_TRUE(dev_node.has_value());
   const std::string long_arg(GPUREAP_ARGS_BYTES + 100, 'a');
   Pipes p1, p2, p3, p4;
   Child holder = spawn_holder_with_env(p1, dev, "marker-env");
@@ -1086,7 +1075,7 @@ TEST(KernelFds, TheIteratorCopiesArgvAndAHoldersEnvironmentItself) {
   after_this_clock_tick();
 
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  m.nodes.push_back(*dev_node);
   auto root = slash();
   const std::vector<std::string> keys = {"CUDA_VISIBLE_DEVICES", "LOCAL_RANK"};
   const std::vector<std::pair<std::string, std::string>> want_env = {{"CUDA_VISIBLE_DEVICES", "3"},
@@ -1204,9 +1193,8 @@ TEST(KernelFds, NeighboursWithOneEnvironmentShareItsParseAndOthersGetTheirOwn) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string dev = (dir.path / "nvidia0").string();
-  write_file(dev, "");
-  struct stat dev_st {};
-  ASSERT_EQ(::stat(dev.c_str(), &dev_st), 0);
+  const auto dev_node = sim_device_file("nvidia0", dev);
+  ASSERT_TRUE(dev_node.has_value());
   const std::vector<std::string> a = {"CUDA_VISIBLE_DEVICES=3", "LOCAL_RANK=1", "PATH=/bin"};
   const std::vector<std::string> b = {"CUDA_VISIBLE_DEVICES=5", "LOCAL_RANK=2", "PATH=/bin"};
   const std::vector<std::string> a_longer = {"CUDA_VISIBLE_DEVICES=3", "LOCAL_RANK=1",
@@ -1229,7 +1217,7 @@ TEST(KernelFds, NeighboursWithOneEnvironmentShareItsParseAndOthersGetTheirOwn) {
   after_this_clock_tick();
 
   DeviceMatcher m;
-  m.nodes.push_back(DeviceNode{"nvidia0", dev, std::nullopt, FileId{dev_st.st_dev, dev_st.st_ino}});
+  m.nodes.push_back(*dev_node);
   const std::vector<std::string> keys = {"CUDA_VISIBLE_DEVICES", "LOCAL_RANK"};
   using Env = std::vector<std::pair<std::string, std::string>>;
   const Env want_a = {{"CUDA_VISIBLE_DEVICES", "3"}, {"LOCAL_RANK", "1"}};
