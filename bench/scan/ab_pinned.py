@@ -15,7 +15,8 @@ quartiles of one build 20 ms apart), pinned ones within 2 ms.
 PROG_STATS=1 also reports the time the kernel spent in the scan's programs
 (every program named gpureap_scan) during each run, from the kernel's own
 BPF statistics (kernel.bpf_stats_enabled, on for the runs, restored after):
-the walk alone, without process start, load, or what user space does.
+the walk alone, without process start, load, or what user space does. Pinned
+builds only: an unpinned run's programs are gone before they can be read.
 SCAN_ARGS adds arguments to the library scan's (e.g. "--reads probe").
 """
 import ctypes
@@ -103,7 +104,7 @@ def main():
                 for tool, cmd in commands(build_dir, devices, pin).items():
                     before = scan_prog_ns() if stats else 0
                     results.setdefault((tool, name), []).append(timed(cmd))
-                    if stats:
+                    if stats and "@" in build_dir:  # unpinned ones are gone when read
                         prog_ms.setdefault((tool, name), []).append((scan_prog_ns() - before) / 1e6)
     finally:
         if stats:

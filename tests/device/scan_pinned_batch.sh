@@ -2,7 +2,8 @@
 # On the GPU machine, in one call: the scan with its programs pinned
 # (--bpf-pin-dir on a bpffs this script mounts and unmounts). bench_scan_run
 # with the pinned rows (REPEAT runs, default 7) and, in the same fleet,
-# ab_pinned.py default against pinned (RUNS alternating runs, default 15);
+# ab_pinned.py default against pinned (RUNS alternating runs, default 15,
+# with the time in the programs themselves);
 # the kernel-dependent BPF unit tests; then perf profiles of the pinned scan
 # and the pinned trace (scan_profile.sh). With an earlier build in
 # .devbin/prev/ (its gpureap and bench_scan), ab_pinned.py runs it pinned too.
@@ -29,7 +30,7 @@ builds="default=$BIN pinned=$BIN@$pins-ab"
 [[ -x $BIN/prev/gpureap && -x $BIN/prev/bench_scan ]] && builds="$builds prev-pinned=$BIN/prev@$pins-prev"
 PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$BIN/bench_scan" --gpureap "$BIN/gpureap" \
   --repeat "${REPEAT:-7}" --bpf-pin-dir "$pins" \
-  --extra "python3 bench/scan/ab_pinned.py ${RUNS:-15} $builds" >"$work/harness.txt" 2>&1
+  --extra "PROG_STATS=1 python3 bench/scan/ab_pinned.py ${RUNS:-15} $builds" >"$work/harness.txt" 2>&1
 "$BIN/proc_unit_tests" --gtest_filter='BpfPins*:KernelFds*:KernelLoaders*:ScanReal*' >"$work/unit.txt" 2>&1
 echo "unit tests rc $?" >>"$work/unit.txt"
 # shellcheck disable=SC2016  # $DEVS: expanded by the harness's sh -c
