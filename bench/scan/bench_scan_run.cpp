@@ -6,8 +6,8 @@
 // dev/nvidiactl, dev/nvidia-uvm: what the simulated GPU uses), the rest
 // /dev/null, a pipe, and regular files. Then, --repeat times, it runs
 //   fuser -v DEVS, lsof -w DEVS, bench_scan --threads 1 DEVS, bench_scan --threads N DEVS
-// (and, with --bpf-pin-dir DIR on a bpffs, the scan and trace again taking the
-// programs a first, untimed run of each pinned there)
+// (and, with --bpf-pin-dir DIR on a bpffs, the scan on one and N threads and
+// trace again, taking the programs a first, untimed run of each pinned there)
 // each as a child process, timing wall clock and taking max RSS from wait4, and
 // prints medians and ratios. It kills exactly the children it made, at the end
 // and on any error (they also carry PR_SET_PDEATHSIG in case this process dies).
@@ -45,7 +45,7 @@ struct Config {
   unsigned threads = 0;  // 0: hardware_concurrency
   std::string bench_scan;
   std::string gpureap;  // the whole `gpureap trace`, on the simulated GPU whose dev files these are
-  std::string pin_dir;  // --bpf-pin-dir DIR: two more rows, their programs pinned there (a bpffs)
+  std::string pin_dir;  // --bpf-pin-dir DIR: three more rows, their programs pinned there (a bpffs)
   std::string extra;  // --extra CMD: run `sh -c CMD` once before timing (e.g. perf), $DEVS set
 };
 
@@ -319,7 +319,9 @@ int main(int argc, char** argv) {
                                                 cfg.pin_dir, devs[0], devs[1], devs[2]}));
     tools.push_back(tool("trace 1 thr pin", {cfg.gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf",
                                              "--threads", "1", "--bpf-pin-dir", cfg.pin_dir}));
-    for (auto it = tools.end() - 2; it != tools.end(); ++it) (void)run_tool(it->argv);
+    tools.push_back(tool("scan bpf " + n + " thr pin", {cfg.bench_scan, "--fd-source", "bpf", "--threads", n,
+                                                        "--bpf-pin-dir", cfg.pin_dir, devs[0], devs[1], devs[2]}));
+    for (auto it = tools.end() - 3; it != tools.end(); ++it) (void)run_tool(it->argv);
   }
   // Interleaved, so drift in machine load hits every tool alike.
   for (unsigned r = 0; r < cfg.repeat; ++r) {
