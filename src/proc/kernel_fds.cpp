@@ -74,12 +74,14 @@ using TaskRecord = gpureap_task_record;
 using EndRecord = gpureap_end_record;
 using CssRecord = gpureap_css_record;
 using ArgsRecord = gpureap_args_record;
+using KthreadRecord = gpureap_kthread_record;
 static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(TaskRecord) == 144 &&
-              sizeof(EndRecord) == 16 && sizeof(CssRecord) == 16 && sizeof(ArgsRecord) == 24);
+              sizeof(EndRecord) == 16 && sizeof(CssRecord) == 16 && sizeof(ArgsRecord) == 24 &&
+              sizeof(KthreadRecord) == 120);
 // One task's records never span two reads: they fit the iterator's buffer
 // (8 pages) together, with the iteration's end.
-static_assert(sizeof(TaskRecord) + GPUREAP_MAX_CANDIDATES * sizeof(FdRecord) + sizeof(TableRecord) +
-                  sizeof(ArgsRecord) + GPUREAP_ARGS_BYTES + sizeof(EndRecord) <=
+static_assert(sizeof(TaskRecord) + sizeof(KthreadRecord) + GPUREAP_MAX_CANDIDATES * sizeof(FdRecord) +
+                  sizeof(TableRecord) + sizeof(ArgsRecord) + GPUREAP_ARGS_BYTES + sizeof(EndRecord) <=
               32768);
 static_assert(sizeof(gpureap_scan_match::inodes) / sizeof(gpureap_scan_match::inodes[0]) ==
               GPUREAP_MAX_MATCH_INODES);
@@ -108,6 +110,8 @@ std::size_t record_size(std::uint32_t kind, const char* bytes, std::size_t have)
       return sizeof(EndRecord);
     case GPUREAP_REC_CSS:
       return sizeof(CssRecord);
+    case GPUREAP_REC_KTHREAD:
+      return sizeof(KthreadRecord);
     default:
       return 0;
   }
@@ -648,6 +652,13 @@ void read_share(Share& share, unsigned count, bool walks, const DeviceMatcher& d
           case GPUREAP_REC_ARGS:
             take_args(record_as<ArgsRecord>(bytes), bytes, env_keys, last, last_env, share.tasks);
             break;
+          case GPUREAP_REC_KTHREAD: {
+            const auto r = record_as<KthreadRecord>(bytes);
+            // Right after its task record; none was kept when that one was unusable.
+            if (!share.tasks.empty() && share.tasks.back().tgid == static_cast<pid_t>(r.tgid))
+              name_kernel_thread(r, share.tasks.back());
+            break;
+          }
           case GPUREAP_REC_END: {
             const auto r = record_as<EndRecord>(bytes);
             share.reader = static_cast<pid_t>(r.reader_tgid);
@@ -728,6 +739,29 @@ char task_state_letter(std::uint32_t state, std::uint32_t exit_state) {
   constexpr char kLetters[] = "RSDTtXZP";
   const int index = s == 0 ? 0 : 32 - __builtin_clz(s);  // fls()
   return kLetters[index];
+}
+
+// fs/proc/array.c proc_task_name: a workqueue worker's name is wq_worker_comm's
+// (its id, which comm holds whole below 15 characters, then "+" while it runs
+// its latest work or "-" after, and that work's description), a kernel
+// thread's get_kthread_comm's (its full name, where comm cut it); both in a
+// 64-byte buffer.
+void name_kernel_thread(const KthreadRecord& r, KernelTask& task) {
+  if (!task.stat || !task.name_from_proc) return;
+  std::string& comm = task.stat->comm;
+  constexpr std::size_t kProcNameMax = 63;
+  if (r.worker_ok == 1 && comm.size() < 15) {
+    const std::size_t desc = strnlen(r.desc, sizeof r.desc);
+    if (desc > 0) {
+      comm += r.current == 1 ? '+' : '-';
+      comm.append(r.desc, desc);  // 14 + 1 + 31 characters at most: never cut
+    }
+    task.name_from_proc = false;
+  } else if (r.full_name_ok == 1 && r.worker_ok == 0) {
+    const std::size_t full = strnlen(r.full_name, sizeof r.full_name);
+    if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));  // the program ends it with a NUL
+    task.name_from_proc = false;
+  }
 }
 
 const KernelFdSummary* KernelFdTable::find(pid_t tgid) const {

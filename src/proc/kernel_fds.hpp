@@ -41,6 +41,8 @@
 #include "sys/host_root.hpp"
 #include "sys/unique_fd.hpp"
 
+struct gpureap_kthread_record;  // proc/bpf/records.h
+
 namespace gpureap::proc {
 
 struct KernelFdSummary {
@@ -82,8 +84,9 @@ struct KernelTask {
   std::optional<StatInfo> stat;
   // A kernel thread whose /proc name may be longer than comm: a workqueue
   // worker's ("kworker/0:1-events", its current work appended) or a name cut
-  // at 15 characters (the kthread's full_name). The scan reads /proc/PID/comm
-  // for those; any other kernel thread's /proc name is its comm.
+  // at 15 characters (the kthread's full_name). Cleared where the iterator's
+  // kthread record gave that name (name_kernel_thread); the scan reads
+  // /proc/PID/comm for the rest. Any other kernel thread's /proc name is comm.
   bool name_from_proc = false;
   // Its css_set (task->cgroups), 0 when unread or the task is exiting: the
   // kernel's one object per combination of cgroups on every hierarchy, v1 and
@@ -106,6 +109,13 @@ struct KernelTask {
 // The state letter /proc/PID/stat shows for a task's __state and exit_state
 // (fs/proc/array.c: task_state_index, then "RSDTtXZPI").
 char task_state_letter(std::uint32_t state, std::uint32_t exit_state);
+
+// A kernel thread's /proc name from its kthread record (proc/bpf/records.h),
+// into task.stat->comm, clearing name_from_proc, where the record says it: a
+// workqueue worker's comm (below 15 characters) with "+" or "-" and its
+// latest work's description, or the full name comm cut. Else task is left
+// as it was, and the scan reads /proc/PID/comm.
+void name_kernel_thread(const gpureap_kthread_record& r, KernelTask& task);
 
 struct KernelFdTable {
   std::vector<KernelFdSummary> processes;  // sorted by tgid

@@ -329,6 +329,67 @@ static __always_inline void touch_task(struct task_struct *task)
 }
 #endif
 
+#ifdef GPUREAP_DIRECT_READS
+/* For a kernel thread whose /proc name comm alone does not give, the record
+ * that does (records.h: a workqueue worker's latest work, or the full name
+ * of one whose comm fills its 15 characters), which saves the reader an
+ * open, read and close of /proc/PID/comm for each: a hundred and more on a
+ * node with many CPUs. None where this kernel keeps them elsewhere: the
+ * reader then reads that file. A global function, like gpureap_args (and
+ * direct-reads only, like it: its context argument needs Linux 6.8+): the
+ * verifier checks it once, by itself. */
+__noinline int gpureap_kthread(struct bpf_iter__task *ctx __attribute__((btf_decl_tag("arg:ctx"))))
+{
+	struct gpureap_kthread_record r = {};
+	struct kthread *kthread = 0;
+	struct task_struct *task;
+	struct seq_file *seq;
+	__u32 flags = 0;
+	char last = 0; /* comm's 15th character: not NUL when comm fills it */
+
+	if (!ctx)
+		return 0;
+	task = ctx->task;
+	seq = ctx->meta->seq;
+	if (!task || READ_FIELD(flags, task, flags) || !(flags & GPUREAP_PF_KTHREAD) ||
+	    READ_FIELD(last, task, comm[14]))
+		return 0;
+	if (!(flags & GPUREAP_PF_WQ_WORKER) && !last)
+		return 0;
+	if (!bpf_core_field_exists(task->worker_private) ||
+	    READ_FIELD(kthread, task, worker_private) || !kthread)
+		return 0;
+	r.kind = GPUREAP_REC_KTHREAD;
+	r.tgid = (__u32)task->tgid;
+	if (flags & GPUREAP_PF_WQ_WORKER) {
+		struct worker *worker = 0;
+		void *pool = 0, *work = 0;
+		__u32 size = bpf_core_field_size(worker->desc);
+
+		if (size > sizeof(r.desc))
+			size = sizeof(r.desc);
+		/* No pool: a dying worker, which /proc names otherwise. */
+		if (READ_FIELD(worker, kthread, data) || !worker || READ_FIELD(pool, worker, pool) ||
+		    !pool || READ_FIELD(work, worker, current_work) ||
+		    bpf_probe_read_kernel(r.desc, size, __builtin_preserve_access_index(&worker->desc)))
+			return 0;
+		r.desc[sizeof(r.desc) - 1] = '\0';
+		r.worker_ok = 1;
+		r.current = work ? 1 : 0;
+	} else {
+		char *name = 0;
+
+		if (!bpf_core_field_exists(kthread->full_name) || READ_FIELD(name, kthread, full_name))
+			return 0;
+		if (name && bpf_probe_read_kernel_str(r.full_name, sizeof(r.full_name), name) <= 0)
+			return 0;
+		r.full_name_ok = 1;
+	}
+	bpf_seq_write(seq, &r, sizeof(r));
+	return 1;
+}
+#endif
+
 /* This reader's share (0 when one reader writes every process), or -1 when
  * the task's process is not in it. A reader not named (none should read
  * while shares are set) writes nothing: a process written by two readers
@@ -433,6 +494,9 @@ int gpureap_scan(struct bpf_iter__task *ctx)
 	if (leader) {
 		touch_task(task);
 		write_task_record(seq, task, &areas);
+#ifdef GPUREAP_DIRECT_READS
+		gpureap_kthread(ctx);
+#endif
 	}
 	if (READ_FIELD(files, task, files) || !files)
 		goto args;

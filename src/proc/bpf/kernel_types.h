@@ -77,6 +77,20 @@ struct task_struct {
 	struct files_struct *files;
 	struct task_struct *group_leader;
 	struct mm_struct *mm;
+	void *worker_private; /* a kernel thread's struct kthread */
+};
+
+/* kernel/kthread.c */
+struct kthread {
+	void *data;      /* a workqueue worker's struct worker */
+	char *full_name; /* the name comm cut at 15 characters; NULL when it did not */
+};
+
+/* kernel/workqueue_internal.h */
+struct worker {
+	void *current_work;
+	void *pool;
+	char desc[32]; /* WORKER_DESC_LEN bytes: read as many as the kernel has, up to 32 */
 };
 
 /* The flavour CO-RE matches on kernels before 5.14 (the suffix after ___ is ignored). */
@@ -133,6 +147,8 @@ struct bpf_iter__task_file {
 #pragma clang attribute pop
 
 #define GPUREAP_PF_EXITING 0x00000004 /* include/linux/sched.h */
+#define GPUREAP_PF_WQ_WORKER 0x00000020
+#define GPUREAP_PF_KTHREAD 0x00200000
 
 /* include/linux/pid.h: enum pid_type since Linux 4.19 (iterators need 5.8). */
 enum {

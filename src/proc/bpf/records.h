@@ -13,6 +13,7 @@ enum gpureap_record_kind {
 	GPUREAP_REC_END = 4,   /* struct gpureap_end_record */
 	GPUREAP_REC_CSS = 5,   /* struct gpureap_css_record */
 	GPUREAP_REC_ARGS = 6,  /* struct gpureap_args_record, then its bytes */
+	GPUREAP_REC_KTHREAD = 7, /* struct gpureap_kthread_record */
 };
 
 /* One descriptor: every one (task_file), or each GPU candidate of a table
@@ -86,6 +87,23 @@ struct gpureap_args_record {
 	__u32 arg_len;
 	__u32 env_len;
 	__u32 env_copied; /* 1: env_len bytes of the environment follow (perhaps 0) */
+};
+
+/* What /proc names a kernel thread by where comm alone does not say it
+ * (fs/proc/array.c, proc_task_name), after its task record: a workqueue
+ * worker's latest work (wq_worker_comm: comm, then "+" and the description
+ * while it runs that work, "-" after), or a kernel thread's full name where
+ * comm cut it at 15 characters (get_kthread_comm). Read without the locks
+ * /proc takes, so a worker that changes work meanwhile may show either. */
+struct gpureap_kthread_record {
+	__u32 kind;
+	__u32 tgid;
+	__u32 worker_ok;    /* 1: a worker in a pool; current and desc were read */
+	__u32 current;      /* 1: it is running that work now */
+	__u32 full_name_ok; /* 1: full_name was read (empty: comm is the name) */
+	__u32 unused;
+	char desc[32];      /* NUL-terminated */
+	char full_name[64]; /* NUL-terminated; /proc shows at most 63 bytes */
 };
 
 /* The bytes one args record can carry: argv and environment together. With a

@@ -1159,8 +1159,9 @@ std::map<pid_t, std::string> kernel_thread_names() {
 // A kernel thread's name as /proc gives it (fs/proc/array.c proc_task_name):
 // a workqueue worker's with its work ("kworker/0:1-events"), one longer than
 // comm whole ("rcu_exp_par_gp_kthread_worker/0"), the rest their comm. The
-// scan reads /proc only for the first two. Workers rename as they work: the
-// scan is asked again until the names read before and after it agree.
+// iterator's kthread records give the first two, /proc a rescuer's (its comm
+// is cut). Workers rename as they work: the scan is asked again until the
+// names read before and after it agree.
 TEST(KernelFds, TheScanNamesKernelThreadsAsProcDoes) {
   auto root = slash();
   ScanOptions opts;
@@ -1499,6 +1500,82 @@ TEST(KernelFds, StateLettersAreTheKernelsTaskStateIndex) {
   EXPECT_EQ(task_state_letter(0x101, 0), 'S');     // TASK_WAKEKILL | TASK_INTERRUPTIBLE
   EXPECT_EQ(task_state_letter(0x102, 0), 'D');     // TASK_KILLABLE
   EXPECT_EQ(task_state_letter(0x104, 0), 'T');     // TASK_STOPPED
+}
+
+// What wq_worker_comm and get_kthread_comm would print, from a kthread
+// record: names taken from captured /proc (kworker/0:0H-events_highpri,
+// kworker/u8:4+events_unbound, rcu_exp_par_gp_kthread_worker/0).
+TEST(KernelFds, KernelThreadRecordsNameThreadsAsProcDoes) {
+  auto thread = [](std::string comm, std::uint32_t flags) {
+    KernelTask t;
+    t.tgid = 7;
+    StatInfo st;
+    st.comm = std::move(comm);
+    st.flags = flags;
+    t.stat = st;
+    t.name_from_proc = true;
+    return t;
+  };
+  auto record = [](std::uint32_t worker_ok, std::uint32_t current, std::string_view desc,
+                   std::uint32_t full_name_ok, std::string_view full_name) {
+    gpureap_kthread_record r{};
+    r.kind = GPUREAP_REC_KTHREAD;
+    r.tgid = 7;
+    r.worker_ok = worker_ok;
+    r.current = current;
+    r.full_name_ok = full_name_ok;
+    desc.copy(r.desc, sizeof r.desc - 1);
+    full_name.copy(r.full_name, sizeof r.full_name - 1);
+    return r;
+  };
+  constexpr std::uint32_t kWorker = 0x00200020, kKthread = 0x00200000;
+  auto idle = thread("kworker/0:0H", kWorker);
+  name_kernel_thread(record(1, 0, "events_highpri", 0, ""), idle);
+  EXPECT_EQ(idle.stat->comm, "kworker/0:0H-events_highpri");
+  EXPECT_FALSE(idle.name_from_proc);
+
+  auto busy = thread("kworker/u8:4", kWorker);
+  name_kernel_thread(record(1, 1, "events_unbound", 0, ""), busy);
+  EXPECT_EQ(busy.stat->comm, "kworker/u8:4+events_unbound");
+
+  auto fresh = thread("kworker/3:1", kWorker);  // no work run yet: no description
+  name_kernel_thread(record(1, 0, "", 0, ""), fresh);
+  EXPECT_EQ(fresh.stat->comm, "kworker/3:1");
+  EXPECT_FALSE(fresh.name_from_proc);
+
+  // The longest: comm of 14 characters and a description of 31 (its 32 bytes).
+  auto longest = thread("kworker/12:12H", kWorker);
+  name_kernel_thread(record(1, 1, std::string(31, 'w'), 0, ""), longest);
+  EXPECT_EQ(longest.stat->comm, "kworker/12:12H+" + std::string(31, 'w'));
+
+  // A rescuer's comm is cut ("kworker/R-kvfree_rcu_reclaim"): /proc is asked.
+  auto rescuer = thread("kworker/R-kvfre", kWorker);
+  name_kernel_thread(record(1, 0, "", 0, ""), rescuer);
+  EXPECT_EQ(rescuer.stat->comm, "kworker/R-kvfre");
+  EXPECT_TRUE(rescuer.name_from_proc);
+
+  auto long_name = thread("rcu_exp_par_gp_", kKthread);
+  name_kernel_thread(record(0, 0, "", 1, "rcu_exp_par_gp_kthread_worker/0"), long_name);
+  EXPECT_EQ(long_name.stat->comm, "rcu_exp_par_gp_kthread_worker/0");
+  EXPECT_FALSE(long_name.name_from_proc);
+
+  // full_name unset: the kernel shows comm.
+  auto exactly = thread("ksoftirqd/12345", kKthread);
+  name_kernel_thread(record(0, 0, "", 1, ""), exactly);
+  EXPECT_EQ(exactly.stat->comm, "ksoftirqd/12345");
+  EXPECT_FALSE(exactly.name_from_proc);
+
+  // Nothing read: left to /proc.
+  auto unread = thread("irq/24-ACPI:Ged", kKthread);
+  name_kernel_thread(record(0, 0, "", 0, ""), unread);
+  EXPECT_EQ(unread.stat->comm, "irq/24-ACPI:Ged");
+  EXPECT_TRUE(unread.name_from_proc);
+
+  // A thread /proc names by comm anyway is left as it is.
+  auto plain = thread("kthreadd", kKthread);
+  plain.name_from_proc = false;
+  name_kernel_thread(record(0, 0, "", 1, "something else"), plain);
+  EXPECT_EQ(plain.stat->comm, "kthreadd");
 }
 
 TEST(KernelFds, RecordsMatchByInodeRdevOrMajor) {
