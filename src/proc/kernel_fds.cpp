@@ -80,8 +80,9 @@ static_assert(sizeof(FdRecord) == 56 && sizeof(TableRecord) == 32 && sizeof(Task
               sizeof(KthreadRecord) == 120);
 // One task's records never span two reads: they fit the iterator's buffer
 // (8 pages) together, with the iteration's end.
-static_assert(sizeof(TaskRecord) + sizeof(KthreadRecord) + GPUREAP_MAX_CANDIDATES * sizeof(FdRecord) +
-                  sizeof(TableRecord) + sizeof(ArgsRecord) + GPUREAP_ARGS_BYTES + sizeof(EndRecord) <=
+static_assert(sizeof(TaskRecord) + sizeof(KthreadRecord) +
+                  GPUREAP_MAX_CANDIDATES * sizeof(FdRecord) + sizeof(TableRecord) +
+                  sizeof(ArgsRecord) + GPUREAP_ARGS_BYTES + sizeof(EndRecord) <=
               32768);
 static_assert(sizeof(gpureap_scan_match::inodes) / sizeof(gpureap_scan_match::inodes[0]) ==
               GPUREAP_MAX_MATCH_INODES);
@@ -758,8 +759,9 @@ void name_kernel_thread(const KthreadRecord& r, KernelTask& task) {
     }
     task.name_from_proc = false;
   } else if (r.full_name_ok == 1 && r.worker_ok == 0) {
+    // The program ends it with a NUL; kProcNameMax keeps a record without one in bounds.
     const std::size_t full = strnlen(r.full_name, sizeof r.full_name);
-    if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));  // the program ends it with a NUL
+    if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));
     task.name_from_proc = false;
   }
 }
