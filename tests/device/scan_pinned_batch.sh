@@ -6,7 +6,7 @@
 # with the time in the programs themselves);
 # the kernel-dependent BPF unit tests; then perf profiles of the pinned scan
 # and the pinned trace (scan_profile.sh). With an earlier build in
-# .devbin/prev/ (its gpureap and bench_scan), ab_pinned.py runs it pinned too.
+# .devbin/prev/ (its gpureap and bench_scan), ab_pinned.py runs it too, unpinned and pinned.
 # Everything goes back as $OUT/batch.tgz; the tables are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -27,7 +27,7 @@ pins=$bpffs/pins
   grep -m1 'model name' /proc/cpuinfo
 } >"$work/machine.txt" 2>&1
 builds="default=$BIN pinned=$BIN@$pins-ab"
-[[ -x $BIN/prev/gpureap && -x $BIN/prev/bench_scan ]] && builds="$builds prev-pinned=$BIN/prev@$pins-prev"
+[[ -x $BIN/prev/gpureap && -x $BIN/prev/bench_scan ]] && builds="$builds prev=$BIN/prev prev-pinned=$BIN/prev@$pins-prev"
 PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$BIN/bench_scan" --gpureap "$BIN/gpureap" \
   --repeat "${REPEAT:-7}" --bpf-pin-dir "$pins" \
   --extra "PROG_STATS=1 python3 bench/scan/ab_pinned.py ${RUNS:-15} $builds" >"$work/harness.txt" 2>&1
