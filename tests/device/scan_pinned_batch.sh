@@ -28,7 +28,8 @@ pins=$bpffs/pins
   # Kernel threads (PF_KTHREAD) and workqueue workers (PF_WQ_WORKER) among them:
   # the ones whose /proc names the scan may read.
   cat /proc/[0-9]*/stat 2>/dev/null | sed 's/.*) //' |
-    awk '{f = $7} and(f, 2097152) {k++} and(f, 2097152) && and(f, 32) {w++} END {print "kernel threads", k, "workers", w}'
+    awk '{kt = int($7 / 2097152) % 2; k += kt; w += kt && int($7 / 32) % 2}
+      END {print "kernel threads", k, "workers", w}'
 } >"$work/machine.txt" 2>&1
 builds="default=$BIN pinned=$BIN@$pins-ab"
 [[ -x $BIN/prev/gpureap && -x $BIN/prev/bench_scan ]] && builds="$builds prev=$BIN/prev prev-pinned=$BIN/prev@$pins-prev"
