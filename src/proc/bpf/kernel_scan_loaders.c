@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -104,26 +105,77 @@ static int quiet(enum libbpf_print_level level, const char *format, va_list args
 	return 0;
 }
 
-/* "load", with the verifier's last line (which says why it refused). */
-static int load_failed(int err, char *log, char *why, size_t why_len)
+static int starts_with(const char *line, size_t len, const char *prefix)
 {
-	char step[200];
-	size_t n = strlen(log);
+	const size_t n = strlen(prefix);
 
-	while (n > 0 && log[n - 1] == '\n')
-		log[--n] = '\0';
-	const char *last = strrchr(log, '\n');
-	snprintf(step, sizeof(step), "load%s%.120s", n ? " (verifier: " : "",
-		 n ? (last ? last + 1 : log) : "");
-	if (n)
-		strncat(step, ")", sizeof(step) - strlen(step) - 1);
+	return len >= n && memcmp(line, prefix, n) == 0;
+}
+
+size_t gpureap_verifier_reason(char *log, size_t log_size, char *reason, size_t reason_len)
+{
+	const char *stats[] = {"verification time", "stack depth", "processed ", "-- END"};
+	size_t end;
+
+	if (reason_len == 0)
+		return 0;
+	reason[0] = '\0';
+	if (!log || log_size == 0)
+		return 0;
+	log[log_size - 1] = '\0';
+	end = strlen(log);
+	while (end > 0) {
+		size_t start = end, len;
+		int stat = 0;
+
+		while (start > 0 && log[start - 1] != '\n')
+			start--;
+		len = end - start;
+		for (size_t i = 0; i < sizeof(stats) / sizeof(stats[0]); i++)
+			stat |= starts_with(log + start, len, stats[i]);
+		if (len > 0 && !stat) {
+			size_t n = 0;
+
+			while (n < len && n + 1 < reason_len && log[start + n] >= 0x20 && log[start + n] < 0x7f)
+				n++;
+			memcpy(reason, log + start, n);
+			reason[n] = '\0';
+			return n;
+		}
+		end = start > 0 ? start - 1 : 0;
+	}
+	return 0;
+}
+
+/* The verifier's log on a failed load: 64 KiB, so that a kernel before 6.4,
+ * which keeps a log's beginning where it is cut, still reaches the reason on
+ * most failures (later ones keep its end). On the heap: not on a thread's
+ * stack, not shared by threads. */
+#define VERIFIER_LOG_SIZE ((size_t)1 << 16)
+
+/* "load", with the verifier's reason (gpureap_verifier_reason). The kernel
+ * answers ENOSPC, not the verifier's own errno, when the log filled its
+ * buffer: said so, where strerror would name a full disk. */
+static int load_failed(int err, char *log, size_t log_size, char *why, size_t why_len)
+{
+	char step[200], reason[121];
+	const size_t n = gpureap_verifier_reason(log, log_size, reason, sizeof(reason));
+
+	if (err > 0)
+		err = -err;
+	if (n && err == -ENOSPC) {
+		snprintf(why, why_len, "load (verifier: %s): its log was longer than %zu bytes", reason,
+			 log_size);
+		return err;
+	}
+	snprintf(step, sizeof(step), "load%s%s%s", n ? " (verifier: " : "", reason, n ? ")" : "");
 	return fail(err, why, why_len, step);
 }
 
 int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpureap_scan_progs *out,
 			     char *why, size_t why_len)
 {
-	char log[4096];
+	char *log;
 	struct gpureap_kernel_scan *skel;
 	int err;
 
@@ -132,15 +184,18 @@ int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpur
 	if (!skel)
 		return fail(errno, why, why_len, "open");
 	SET_MATCH(skel->rodata, match);
-	log[0] = '\0';
 	/* Only on failure does libbpf load again with the verifier's log here. */
-	bpf_program__set_log_buf(skel->progs.gpureap_scan, log, sizeof(log));
+	log = calloc(1, VERIFIER_LOG_SIZE);
+	if (log)
+		bpf_program__set_log_buf(skel->progs.gpureap_scan, log, VERIFIER_LOG_SIZE);
 	err = gpureap_kernel_scan__load(skel);
 	if (err) {
-		err = load_failed(err, log, why, why_len);
+		err = load_failed(err, log, log ? VERIFIER_LOG_SIZE : 0, why, why_len);
+		free(log);
 		gpureap_kernel_scan__destroy(skel);
 		return err;
 	}
+	free(log);
 	out->scan_prog = keep_fd(bpf_program__fd(skel->progs.gpureap_scan));
 	out->data_map = keep_fd(bpf_map__fd(skel->maps.data));
 	err = errno;
@@ -150,7 +205,7 @@ int gpureap_load_scan_libbpf(const struct gpureap_scan_match *match, struct gpur
 
 int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t why_len)
 {
-	char log[4096];
+	char *log;
 	struct gpureap_kernel_scan_compat *skel;
 	int err;
 
@@ -158,14 +213,17 @@ int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t w
 	skel = gpureap_kernel_scan_compat__open();
 	if (!skel)
 		return fail(errno, why, why_len, "open");
-	log[0] = '\0';
-	bpf_program__set_log_buf(skel->progs.gpureap_fds, log, sizeof(log));
+	log = calloc(1, VERIFIER_LOG_SIZE);
+	if (log)
+		bpf_program__set_log_buf(skel->progs.gpureap_fds, log, VERIFIER_LOG_SIZE);
 	err = gpureap_kernel_scan_compat__load(skel);
 	if (err) {
-		err = load_failed(err, log, why, why_len);
+		err = load_failed(err, log, log ? VERIFIER_LOG_SIZE : 0, why, why_len);
+		free(log);
 		gpureap_kernel_scan_compat__destroy(skel);
 		return err;
 	}
+	free(log);
 	out->fds_prog = keep_fd(bpf_program__fd(skel->progs.gpureap_fds));
 	out->tasks_prog = keep_fd(bpf_program__fd(skel->progs.gpureap_tasks));
 	err = errno;

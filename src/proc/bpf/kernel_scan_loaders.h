@@ -66,6 +66,15 @@ size_t gpureap_scan_data_size(void);
 /* The task_file form through libbpf: fds_prog and tasks_prog. Same contract. */
 int gpureap_load_scan_compat(struct gpureap_scan_progs *out, char *why, size_t why_len);
 
+/* The line of a verifier log (log_size bytes at `log`, as libbpf left it
+ * after a failed load) that says why the program was refused: the last line
+ * before the verifier's own statistics ("verification time", "stack depth",
+ * "processed N insns"), cut at its first byte that is not printable text, at
+ * most reason_len - 1 bytes. libbpf may leave a full buffer without its NUL
+ * (its fixups of the log shift text to the end): the last byte is made one.
+ * Returns the reason's length (0: none). */
+size_t gpureap_verifier_reason(char *log, size_t log_size, char *reason, size_t reason_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "child.hpp"
+#include "proc/bpf/kernel_scan_loaders.h"
 #include "proc/kernel_fds.hpp"
 #include "proc/scan.hpp"
 #include "sim_device.hpp"
@@ -183,6 +184,63 @@ bool kernel_runs_light_skeletons() {
   unsigned major = 0, minor = 0;
   if (std::sscanf(u.release, "%u.%u", &major, &minor) != 2) return false;
   return major > 5 || (major == 5 && minor >= 17);
+}
+
+// The end of a real verifier log (Linux 6.18, libbpf's fixup of a CO-RE
+// relocation that did not resolve applied), captured in a session that
+// broke one on purpose.
+constexpr std::string_view kCapturedLogTail =
+    "174: R1=1\n"
+    "175: <invalid CO-RE relocation>\n"
+    "failed to resolve CO-RE relocation <byte_off> [63] struct mm_struct.mmap_lock.count "
+    "(0:4:0 @ offset 32)\n"
+    "verification time 6593 usec\n"
+    "stack depth 384+0+0+0+0\n"
+    "processed 182 insns (limit 1000000) max_states_per_insn 0 total_states 14 peak_states 14 "
+    "mark_read 0\n";
+constexpr std::string_view kCapturedReason =
+    "failed to resolve CO-RE relocation <byte_off> [63] struct mm_struct.mmap_lock.count "
+    "(0:4:0 @ offset 32)";
+
+std::string reason_of(std::string log, std::size_t reason_len = 121) {
+  std::string reason(reason_len, 'x');
+  const std::size_t n =
+      gpureap_verifier_reason(log.data(), log.size(), reason.data(), reason.size());
+  EXPECT_EQ(n, std::strlen(reason.c_str()));
+  return reason.substr(0, n);
+}
+
+TEST(VerifierReason, IsTheLastLineBeforeTheVerifiersStatistics) {
+  EXPECT_EQ(reason_of(std::string(kCapturedLogTail) + '\0'), kCapturedReason);
+  // A plain refusal, no statistics after it.
+  EXPECT_EQ(reason_of("0: (79) r1 = *(u64 *)(r1 +0)\nR1 invalid mem access 'scalar'\n"),
+            "R1 invalid mem access 'scalar'");
+}
+
+TEST(VerifierReason, AFullBufferWithoutItsNulStillGivesTheReason) {
+  // libbpf shifts the log when it rewrites a line: a full buffer can lose its
+  // NUL. Nothing past the buffer is read; its last byte becomes the end.
+  std::string log(kCapturedLogTail);
+  EXPECT_EQ(reason_of(log), kCapturedReason);
+  // Cut inside the reason itself: what is there.
+  log = std::string(kCapturedLogTail.substr(0, kCapturedLogTail.find("(0:4:0")));
+  EXPECT_EQ(reason_of(log), kCapturedReason.substr(0, kCapturedReason.find("(0:4:0") - 1));
+}
+
+TEST(VerifierReason, StopsAtTheFirstByteThatIsNotText) {
+  std::string log = "R2 type=scalar expected=fp\xef\xbf\xbd\x7f garbage\nprocessed 9 insns\n";
+  log += '\0';
+  EXPECT_EQ(reason_of(log), "R2 type=scalar expected=fp");
+  EXPECT_EQ(reason_of(std::string(kCapturedLogTail) + '\0', 11), "failed to ");
+}
+
+TEST(VerifierReason, NoneWithoutALineOfItsOwn) {
+  EXPECT_EQ(reason_of(std::string("", 1)), "");
+  EXPECT_EQ(reason_of(std::string("verification time 5 usec\nstack depth 8\n") + '\0'), "");
+  EXPECT_EQ(gpureap_verifier_reason(nullptr, 0, nullptr, 0), 0U);
+  char reason[4] = "abc";
+  EXPECT_EQ(gpureap_verifier_reason(nullptr, 0, reason, sizeof reason), 0U);
+  EXPECT_STREQ(reason, "");
 }
 
 TEST(KernelRelease, ComparesMajorAndMinorOfUnamesRelease) {
