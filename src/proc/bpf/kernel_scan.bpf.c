@@ -183,9 +183,10 @@ static long walk_descriptor(__u64 bit, void *ctx)
 #ifdef GPUREAP_DIRECT_READS
 /* The struct file and inode lines of the word's descriptors, loaded before
  * walk_descriptor looks at any. These loads depend on none of each other, so
- * the CPU overlaps their cache misses. walk_descriptor's each decide what it
- * does next, and it runs as a bpf_loop callback, an indirect call the CPU does
- * not run ahead of, so each of its misses waited for the one before. One
+ * the CPU overlaps their cache misses; walk_descriptor's each decide what it
+ * does next, one bpf_loop callback call per descriptor, and its misses were
+ * paid one after another (the same loads in a bpf_loop callback of their own
+ * measured no faster; in one plain loop, 19 % less time in the programs). One
  * loop up to the word's last open descriptor: the verifier walks it in at
  * most 64 short steps (a branch that also skipped closed ones multiplied its
  * paths: ~85 ms more of load measured). A closed slot holds NULL, which reads
