@@ -7,9 +7,27 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 namespace gpureap::cli {
+
+namespace {
+
+// AddressSanitizer builds check for leaks at exit (GCC and clang say so differently).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kLeakChecked = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kLeakChecked = true;
+#else
+constexpr bool kLeakChecked = false;
+#endif
+#else
+constexpr bool kLeakChecked = false;
+#endif
+
+}  // namespace
 
 void add_common_options(CLI::App& cmd, CommonOptions& options) {
   cmd.add_option("--host-root", options.host_root,
@@ -55,6 +73,15 @@ int parse_and_run(CLI::App& app, int argc, const char* const* argv,
     return rc == 0 ? 0 : kExitCouldNotCheck;
   }
   return run ? run() : kExitCouldNotCheck;
+}
+
+int exit_without_teardown(int code) {
+  if (std::fflush(stdout) != 0) {
+    log_error("cannot write to stdout");
+    code = kExitCouldNotCheck;
+  }
+  if constexpr (kLeakChecked) return code;
+  std::_Exit(code);
 }
 
 void log_error(const std::string& message) { fmt::print(stderr, "gpureap: {}\n", message); }

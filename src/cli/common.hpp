@@ -42,6 +42,14 @@ std::string unprivileged_scan(const proc::ScanStats& stats);
 int parse_and_run(CLI::App& app, int argc, const char* const* argv,
                   const std::function<int()>& run);
 
+// Ends a one-shot command whose answer is written: flushes stdout and exits
+// with `code` (2 when the flush fails) without running destructors. The
+// kernel drops the address space at once, where freeing a node's snapshot
+// (thousands of strings and vectors) took 0.6 ms of a 37 ms trace on the
+// dev VM. Sanitizer builds return the code instead, so that LeakSanitizer
+// still checks at exit.
+int exit_without_teardown(int code);
+
 // "gpureap: <message>" on stderr.
 void log_error(const std::string& message);
 void log_note(const std::string& message);

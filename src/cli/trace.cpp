@@ -42,24 +42,20 @@ int run_trace(const TraceOptions& opt) {
   detect.spin_sm_percent = opt.spin_sm_percent;
   detect.spin_seconds = opt.spin_minutes * 60;
   const auto found = findings::detect_all(*snap, detect);
-  if (opt.common.json) {
-    if (!report::write_trace_json(stdout, *snap, found)) {
-      log_error("cannot write to stdout");
-      return kExitCouldNotCheck;
-    }
-  } else {
-    if (!report::write_trace_table(stdout, *snap, found)) {
-      log_error("cannot write to stdout");
-      return kExitCouldNotCheck;
-    }
+  const bool written = opt.common.json ? report::write_trace_json(stdout, *snap, found)
+                                       : report::write_trace_table(stdout, *snap, found);
+  if (!written) {
+    log_error("cannot write to stdout");
+    return kExitCouldNotCheck;
   }
-  if (findings::fails_check(found)) return kExitFindings;
+  // Every minute on every node: the snapshot's teardown is not worth waiting for.
+  if (findings::fails_check(found)) return exit_without_teardown(kExitFindings);
   // A clean answer from a scan blind to other users' descriptors is no answer.
   if (const auto why = unprivileged_scan(snap->scan_stats); !why.empty()) {
     log_error(why);
     return kExitCouldNotCheck;
   }
-  return kExitClean;
+  return exit_without_teardown(kExitClean);
 }
 
 }  // namespace

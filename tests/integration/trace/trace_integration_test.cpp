@@ -454,6 +454,17 @@ TEST(TraceBinary, NeedsNeitherLibbpfNorLibelf) {
   }
 }
 
+// trace exits without tearing its snapshot down: an answer that could not be
+// written (/dev/full: ENOSPC) still says so, as JSON and as the table, and exits 2.
+TEST(TraceBinary, AnAnswerThatCannotBeWrittenExitsTwo) {
+  for (const char* format : {"--json", "--threads=1"}) {
+    auto r = gpureap::testing::run(
+        {"/bin/sh", "-c", "exec \"$0\" trace --gpu none --fd-source procfs \"$1\" >/dev/full", kGpureap, format});
+    EXPECT_EQ(r.exit_code, 2) << format << "\n" << r.err;
+    EXPECT_NE(r.err.find("cannot write to stdout"), std::string::npos) << format << "\n" << r.err;
+  }
+}
+
 // --bpf-pin-dir (or GPUREAP_BPF_PIN_DIR): the first run pins its programs on
 // the bpffs, the next runs take them; JSON says which in scan.fds_pin.
 TEST(TraceBinary, ALaterRunTakesTheProgramsAnEarlierOnePinned) {
