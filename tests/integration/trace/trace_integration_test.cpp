@@ -459,7 +459,8 @@ TEST(TraceBinary, NeedsNeitherLibbpfNorLibelf) {
 TEST(TraceBinary, AnAnswerThatCannotBeWrittenExitsTwo) {
   for (const char* format : {"--json", "--threads=1"}) {
     auto r = gpureap::testing::run(
-        {"/bin/sh", "-c", "exec \"$0\" trace --gpu none --fd-source procfs \"$1\" >/dev/full", kGpureap, format});
+        {"/bin/sh", "-c", "exec \"$0\" trace --gpu none --fd-source procfs \"$1\" >/dev/full",
+         kGpureap, format});
     EXPECT_EQ(r.exit_code, 2) << format << "\n" << r.err;
     EXPECT_NE(r.err.find("cannot write to stdout"), std::string::npos) << format << "\n" << r.err;
   }
