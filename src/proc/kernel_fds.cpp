@@ -751,14 +751,25 @@ void name_kernel_thread(const KthreadRecord& r, KernelTask& task) {
   if (!task.stat || !task.name_from_proc) return;
   std::string& comm = task.stat->comm;
   constexpr std::size_t kProcNameMax = 63;
-  if (r.worker_ok == 1 && comm.size() < 15) {
-    const std::size_t desc = strnlen(r.desc, sizeof r.desc);
+  constexpr std::string_view kRescuer = "kworker/R-";
+  if (r.rescuer_ok == 1 || r.worker_ok == 1) {
+    // 6.18's format_worker_id names a rescuer "kworker/R-" and its workqueue;
+    // older kernels gave it the workqueue's name as comm, which /proc showed.
+    if (r.rescuer_ok == 1 && r.full_name_ok == 1 && comm.starts_with(kRescuer)) {
+      const std::size_t full = strnlen(r.full_name, sizeof r.full_name);
+      if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));
+    } else if (comm.size() >= 15) {
+      return;  // cut, and no record says the rest: /proc does
+    }
+    const std::size_t desc = r.worker_ok == 1 ? strnlen(r.desc, sizeof r.desc) : 0;
     if (desc > 0) {
       comm += r.current == 1 ? '+' : '-';
-      comm.append(r.desc, desc);  // 14 + 1 + 31 characters at most: never cut
+      comm.append(r.desc, desc);
     }
+    // /proc's buffer is 64 bytes: a busy rescuer's name can fill it (10 + 31 + 1 + 31).
+    if (comm.size() > kProcNameMax) comm.resize(kProcNameMax);
     task.name_from_proc = false;
-  } else if (r.full_name_ok == 1 && r.worker_ok == 0) {
+  } else if (r.full_name_ok == 1) {
     // The program ends it with a NUL; kProcNameMax keeps a record without one in bounds.
     const std::size_t full = strnlen(r.full_name, sizeof r.full_name);
     if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));

@@ -112,9 +112,10 @@ char task_state_letter(std::uint32_t state, std::uint32_t exit_state);
 
 // A kernel thread's /proc name from its kthread record (proc/bpf/records.h),
 // into task.stat->comm, clearing name_from_proc, where the record says it: a
-// workqueue worker's comm (below 15 characters) with "+" or "-" and its
-// latest work's description, or the full name comm cut. Else task is left
-// as it was, and the scan reads /proc/PID/comm.
+// workqueue worker's comm (below 15 characters; a rescuer's "kworker/R-" and
+// its workqueue's name) with "+" or "-" and its latest work's description,
+// or the full name comm cut. Else task is left as it was, and the scan reads
+// /proc/PID/comm.
 void name_kernel_thread(const gpureap_kthread_record& r, KernelTask& task);
 
 struct KernelFdTable {

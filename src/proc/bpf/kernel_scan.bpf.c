@@ -331,9 +331,23 @@ static __always_inline void touch_task(struct task_struct *task)
 #endif
 
 #ifdef GPUREAP_DIRECT_READS
+/* A kthread's full name into r (empty where comm holds it whole); non-zero
+ * where this kernel has none or it cannot be read. */
+static __always_inline int read_full_name(struct gpureap_kthread_record *r, struct kthread *kthread)
+{
+	char *name = 0;
+
+	if (!bpf_core_field_exists(kthread->full_name) || READ_FIELD(name, kthread, full_name))
+		return 1;
+	if (name && bpf_probe_read_kernel_str(r->full_name, sizeof(r->full_name), name) <= 0)
+		return 1;
+	r->full_name_ok = 1;
+	return 0;
+}
+
 /* For a kernel thread whose /proc name comm alone does not give, the record
- * that does (records.h: a workqueue worker's latest work, or the full name
- * of one whose comm fills its 15 characters), which saves the reader an
+ * that does (records.h: a workqueue worker's latest work, a rescuer's full
+ * name, or the full name of one whose comm fills its 15 characters), which saves the reader an
  * open, read and close of /proc/PID/comm for each: a hundred and more on a
  * node with many CPUs. None where this kernel keeps them elsewhere: the
  * reader then reads that file. A global function, like gpureap_args (and
@@ -364,27 +378,38 @@ __noinline int gpureap_kthread(struct bpf_iter__task *ctx __attribute__((btf_dec
 	r.tgid = (__u32)task->tgid;
 	if (flags & GPUREAP_PF_WQ_WORKER) {
 		struct worker *worker = 0;
-		void *pool = 0, *work = 0;
+		void *pool = 0, *ptr = 0; /* ptr: rescue_wq, then current_work */
 		__u32 size = bpf_core_field_size(worker->desc);
 
 		if (size > sizeof(r.desc))
 			size = sizeof(r.desc);
-		/* No pool: a dying worker, which /proc names otherwise. */
-		if (READ_FIELD(worker, kthread, data) || !worker || READ_FIELD(pool, worker, pool) ||
-		    !pool || READ_FIELD(work, worker, current_work) ||
-		    bpf_probe_read_kernel(r.desc, size, __builtin_preserve_access_index(&worker->desc)))
+		/* A rescuer's full name starts its /proc name ("kworker/R-" and its
+		 * workqueue's name); other workers have none. Read first, so that
+		 * kthread is dead after: read later, it took one stack slot more than
+		 * the 512 bytes this function shares with gpureap_scan. No full name
+		 * on this kernel: /proc names a rescuer. */
+		(void)read_full_name(&r, kthread);
+		if (READ_FIELD(worker, kthread, data) || !worker || READ_FIELD(pool, worker, pool))
 			return 0;
-		r.desc[sizeof(r.desc) - 1] = '\0';
-		r.worker_ok = 1;
-		r.current = work ? 1 : 0;
-	} else {
-		char *name = 0;
-
-		if (!bpf_core_field_exists(kthread->full_name) || READ_FIELD(name, kthread, full_name))
+		/* A rescuer is in a pool only while it rescues. */
+		if (r.full_name_ok && bpf_core_field_exists(worker->rescue_wq)) {
+			if (READ_FIELD(ptr, worker, rescue_wq))
+				return 0;
+			r.rescuer_ok = ptr ? 1 : 0;
+		}
+		/* Neither: a dying worker, which /proc names otherwise. */
+		if (!pool && !r.rescuer_ok)
 			return 0;
-		if (name && bpf_probe_read_kernel_str(r.full_name, sizeof(r.full_name), name) <= 0)
-			return 0;
-		r.full_name_ok = 1;
+		if (pool) {
+			if (READ_FIELD(ptr, worker, current_work) ||
+			    bpf_probe_read_kernel(r.desc, size, __builtin_preserve_access_index(&worker->desc)))
+				return 0;
+			r.desc[sizeof(r.desc) - 1] = '\0';
+			r.worker_ok = 1;
+			r.current = ptr ? 1 : 0;
+		}
+	} else if (read_full_name(&r, kthread)) {
+		return 0;
 	}
 	bpf_seq_write(seq, &r, sizeof(r));
 	return 1;

@@ -91,6 +91,7 @@ struct worker {
 	void *current_work;
 	void *pool;
 	char desc[32]; /* WORKER_DESC_LEN bytes: read as many as the kernel has, up to 32 */
+	void *rescue_wq; /* a rescuer's workqueue; NULL for the others */
 };
 
 /* The flavour CO-RE matches on kernels before 5.14 (the suffix after ___ is ignored). */

@@ -92,16 +92,19 @@ struct gpureap_args_record {
 /* What /proc names a kernel thread by where comm alone does not say it
  * (fs/proc/array.c, proc_task_name), after its task record: a workqueue
  * worker's latest work (wq_worker_comm: comm, then "+" and the description
- * while it runs that work, "-" after), or a kernel thread's full name where
- * comm cut it at 15 characters (get_kthread_comm). Read without the locks
- * /proc takes, so a worker that changes work meanwhile may show either. */
+ * while it runs that work, "-" after), a rescuer's full name (6.18 names a
+ * rescuer "kworker/R-" and its workqueue's name, which comm cuts; older
+ * kernels, by the workqueue's name alone), or a kernel thread's full name
+ * where comm cut it at 15 characters (get_kthread_comm). Read without the
+ * locks /proc takes, so a worker that changes work meanwhile may show
+ * either. */
 struct gpureap_kthread_record {
 	__u32 kind;
 	__u32 tgid;
 	__u32 worker_ok;    /* 1: a worker in a pool; current and desc were read */
 	__u32 current;      /* 1: it is running that work now */
 	__u32 full_name_ok; /* 1: full_name was read (empty: comm is the name) */
-	__u32 unused;
+	__u32 rescuer_ok;   /* 1: a rescuer; full_name was read */
 	char desc[32];      /* NUL-terminated */
 	char full_name[64]; /* NUL-terminated; /proc shows at most 63 bytes */
 };

@@ -1158,9 +1158,9 @@ std::map<pid_t, std::string> kernel_thread_names() {
 
 // A kernel thread's name as /proc gives it (fs/proc/array.c proc_task_name):
 // a workqueue worker's with its work ("kworker/0:1-events"), one longer than
-// comm whole ("rcu_exp_par_gp_kthread_worker/0"), the rest their comm. The
-// iterator's kthread records give the first two, /proc a rescuer's (its comm
-// is cut). Workers rename as they work: the scan is asked again until the
+// comm whole ("rcu_exp_par_gp_kthread_worker/0"), a rescuer's by its
+// workqueue ("kworker/R-kvfree_rcu_reclaim"), the rest their comm. The
+// iterator's kthread records give the first three. Workers rename as they work: the scan is asked again until the
 // names read before and after it agree.
 TEST(KernelFds, TheScanNamesKernelThreadsAsProcDoes) {
   auto root = slash();
@@ -1504,7 +1504,8 @@ TEST(KernelFds, StateLettersAreTheKernelsTaskStateIndex) {
 
 // What wq_worker_comm and get_kthread_comm would print, from a kthread
 // record: names taken from captured /proc (kworker/0:0H-events_highpri,
-// kworker/u8:4+events_unbound, rcu_exp_par_gp_kthread_worker/0).
+// kworker/u8:4+events_unbound, kworker/R-kvfree_rcu_reclaim,
+// rcu_exp_par_gp_kthread_worker/0).
 TEST(KernelFds, KernelThreadRecordsNameThreadsAsProcDoes) {
   auto thread = [](std::string comm, std::uint32_t flags) {
     KernelTask t;
@@ -1517,13 +1518,15 @@ TEST(KernelFds, KernelThreadRecordsNameThreadsAsProcDoes) {
     return t;
   };
   auto record = [](std::uint32_t worker_ok, std::uint32_t current, std::string_view desc,
-                   std::uint32_t full_name_ok, std::string_view full_name) {
+                   std::uint32_t full_name_ok, std::string_view full_name,
+                   std::uint32_t rescuer_ok = 0) {
     gpureap_kthread_record r{};
     r.kind = GPUREAP_REC_KTHREAD;
     r.tgid = 7;
     r.worker_ok = worker_ok;
     r.current = current;
     r.full_name_ok = full_name_ok;
+    r.rescuer_ok = rescuer_ok;
     desc.copy(r.desc, sizeof r.desc - 1);
     full_name.copy(r.full_name, sizeof r.full_name - 1);
     return r;
@@ -1548,11 +1551,39 @@ TEST(KernelFds, KernelThreadRecordsNameThreadsAsProcDoes) {
   name_kernel_thread(record(1, 1, std::string(31, 'w'), 0, ""), longest);
   EXPECT_EQ(longest.stat->comm, "kworker/12:12H+" + std::string(31, 'w'));
 
-  // A rescuer's comm is cut ("kworker/R-kvfree_rcu_reclaim"): /proc is asked.
+  // A rescuer: its full name, "kworker/R-" and its workqueue's, which comm cuts.
   auto rescuer = thread("kworker/R-kvfre", kWorker);
-  name_kernel_thread(record(1, 0, "", 0, ""), rescuer);
-  EXPECT_EQ(rescuer.stat->comm, "kworker/R-kvfre");
-  EXPECT_TRUE(rescuer.name_from_proc);
+  name_kernel_thread(record(0, 0, "", 1, "kworker/R-kvfree_rcu_reclaim", 1), rescuer);
+  EXPECT_EQ(rescuer.stat->comm, "kworker/R-kvfree_rcu_reclaim");
+  EXPECT_FALSE(rescuer.name_from_proc);
+
+  // While it rescues it is in a pool, and its work is appended; /proc stops at 63 bytes.
+  const std::string wq = "kworker/R-" + std::string(31, 'q');
+  auto rescuing = thread("kworker/R-qqqqq", kWorker);
+  name_kernel_thread(record(1, 1, std::string(31, 'd'), 1, wq, 1), rescuing);
+  EXPECT_EQ(rescuing.stat->comm, (wq + "+" + std::string(31, 'd')).substr(0, 63));
+
+  // A short one: comm is whole, and the kernel kept no full name.
+  auto short_rescuer = thread("kworker/R-mld", kWorker);
+  name_kernel_thread(record(0, 0, "", 1, "", 1), short_rescuer);
+  EXPECT_EQ(short_rescuer.stat->comm, "kworker/R-mld");
+  EXPECT_FALSE(short_rescuer.name_from_proc);
+
+  // Older kernels gave a rescuer its workqueue's name as comm, shown as it is (cut or not).
+  auto older = thread("kblockd", kWorker);
+  name_kernel_thread(record(0, 0, "", 1, "", 1), older);
+  EXPECT_EQ(older.stat->comm, "kblockd");
+  EXPECT_FALSE(older.name_from_proc);
+  auto older_cut = thread("ext4-rsv-conver", kWorker);
+  name_kernel_thread(record(0, 0, "", 1, "ext4-rsv-conversion", 1), older_cut);
+  EXPECT_EQ(older_cut.stat->comm, "ext4-rsv-conver");
+  EXPECT_TRUE(older_cut.name_from_proc);
+
+  // A worker whose comm fills its 15 characters ("kworker/u256:10"): /proc is asked.
+  auto wide = thread("kworker/u256:10", kWorker);
+  name_kernel_thread(record(1, 0, "events_unbound", 0, ""), wide);
+  EXPECT_EQ(wide.stat->comm, "kworker/u256:10");
+  EXPECT_TRUE(wide.name_from_proc);
 
   auto long_name = thread("rcu_exp_par_gp_", kKthread);
   name_kernel_thread(record(0, 0, "", 1, "rcu_exp_par_gp_kthread_worker/0"), long_name);
