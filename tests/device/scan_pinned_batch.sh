@@ -7,6 +7,8 @@
 # the kernel-dependent BPF unit tests; then perf profiles of the pinned scan
 # and the pinned trace (scan_profile.sh). With an earlier build in
 # .devbin/prev/ (its gpureap and bench_scan), ab_pinned.py runs it too, unpinned and pinned.
+# With a gpureap built with tests/device/trace_stages.patch in .devbin/stages/,
+# trace_stages.py times trace's stages in the same fleet, pinned and not.
 # Everything goes back as $OUT/batch.tgz; the tables are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -33,9 +35,11 @@ pins=$bpffs/pins
 } >"$work/machine.txt" 2>&1
 builds="default=$BIN pinned=$BIN@$pins-ab"
 [[ -x $BIN/prev/gpureap && -x $BIN/prev/bench_scan ]] && builds="$builds prev=$BIN/prev prev-pinned=$BIN/prev@$pins-prev"
+extra="PROG_STATS=1 python3 bench/scan/ab_pinned.py ${RUNS:-15} $builds"
+[[ -x $BIN/stages/gpureap ]] &&
+  extra="$extra; python3 tests/device/trace_stages.py ${RUNS:-15} 1 pinned=$BIN/stages/gpureap@$pins-stages unpinned=$BIN/stages/gpureap"
 PATH=$BIN/peers:$PATH "$BIN/bench_scan_run" --bench-scan "$BIN/bench_scan" --gpureap "$BIN/gpureap" \
-  --repeat "${REPEAT:-7}" --bpf-pin-dir "$pins" \
-  --extra "PROG_STATS=1 python3 bench/scan/ab_pinned.py ${RUNS:-15} $builds" >"$work/harness.txt" 2>&1
+  --repeat "${REPEAT:-7}" --bpf-pin-dir "$pins" --extra "$extra" >"$work/harness.txt" 2>&1
 "$BIN/proc_unit_tests" --gtest_filter='BpfPins*:KernelFds*:KernelLoaders*:ScanReal*' >"$work/unit.txt" 2>&1
 echo "unit tests rc $?" >>"$work/unit.txt"
 # shellcheck disable=SC2016  # $DEVS: expanded by the harness's sh -c
@@ -51,4 +55,4 @@ head -25 "$work/profile-scan-pinned-children.txt"
 echo "== profile, pinned trace =="
 head -25 "$work/profile-trace-pinned-children.txt"
 echo "== harness =="
-grep -vE '^\s*$' "$work/harness.txt" | tail -40
+grep -vE '^\s*$' "$work/harness.txt" | tail -60

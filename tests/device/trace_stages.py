@@ -3,8 +3,9 @@
 bench/scan fleet: run it inside bench_scan_run's --extra ($DEVS set). Each
 build named must be a gpureap built with tests/device/trace_stages.patch
 applied (stage marks on stderr: "STAGE name monotonic-ns"; not in main).
-  python3 trace_stages.py RUNS THREADS NAME=GPUREAP [NAME=GPUREAP...]
-Builds alternate run by run. Prints the median milliseconds of each stage per
+  python3 trace_stages.py RUNS THREADS NAME=GPUREAP[@PIN_DIR] [NAME=GPUREAP[@PIN_DIR]...]
+@PIN_DIR (a directory on a bpffs): that build runs with --bpf-pin-dir, after one
+untimed run that pins its programs there. Builds alternate run by run. Prints the median milliseconds of each stage per
 build last, from the fork before exec to the parent's wait returning.
 """
 import os
@@ -44,17 +45,23 @@ def one_run(argv):
 
 def main():
     if len(sys.argv) < 4:
-        sys.exit("usage: trace_stages.py RUNS THREADS NAME=GPUREAP [NAME=GPUREAP...]")
+        sys.exit("usage: trace_stages.py RUNS THREADS NAME=GPUREAP[@PIN_DIR] [NAME=GPUREAP[@PIN_DIR]...]")
     runs = int(sys.argv[1])
     threads = sys.argv[2]
     builds = [a.split("=", 1) for a in sys.argv[3:]]
+    argvs = {}
+    for name, build in builds:
+        gpureap, _, pin_dir = build.partition("@")
+        argvs[name] = [gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", threads]
+        if pin_dir:
+            argvs[name] += ["--bpf-pin-dir", pin_dir]
+            one_run(argvs[name])  # pins the programs; not timed
     table = {}  # (build, stage) -> ms per run
     order = []
     for _ in range(runs):
-        for name, gpureap in builds:
-            argv = [gpureap, "trace", "--gpu", "sim", "--json", "--fd-source", "bpf", "--threads", threads]
+        for name, _ in builds:
             total = 0.0
-            for stage, ms in one_run(argv):
+            for stage, ms in one_run(argvs[name]):
                 if stage not in order:
                     order.append(stage)
                 table.setdefault((name, stage), []).append(ms)
