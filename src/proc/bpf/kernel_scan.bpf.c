@@ -349,10 +349,10 @@ static __always_inline int read_full_name(struct gpureap_kthread_record *r, stru
  * that does (records.h: a workqueue worker's latest work, a rescuer's full
  * name, or the full name of one whose comm fills its 15 characters), which
  * saves the reader an open, read and close of /proc/PID/comm for each: a
- * hundred and more on a node with many CPUs. None where this kernel keeps them elsewhere: the
- * reader then reads that file. A global function, like gpureap_args (and
- * direct-reads only, like it: its context argument needs Linux 6.8+): the
- * verifier checks it once, by itself. */
+ * hundred and more on a node with many CPUs. None where this kernel keeps
+ * them elsewhere: the reader then reads that file. A global function, like
+ * gpureap_args (and direct-reads only, like it: its context argument needs
+ * Linux 6.8+): the verifier checks it once, by itself. */
 __noinline int gpureap_kthread(struct bpf_iter__task *ctx __attribute__((btf_decl_tag("arg:ctx"))))
 {
 	struct gpureap_kthread_record r = {};
