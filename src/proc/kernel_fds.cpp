@@ -752,12 +752,17 @@ void name_kernel_thread(const KthreadRecord& r, KernelTask& task) {
   std::string& comm = task.stat->comm;
   constexpr std::size_t kProcNameMax = 63;
   constexpr std::string_view kRescuer = "kworker/R-";
+  // Empty: comm holds the name whole. The program ends it with a NUL;
+  // kProcNameMax keeps a record without one in bounds.
+  const auto take_full_name = [&] {
+    const std::size_t full = strnlen(r.full_name, sizeof r.full_name);
+    if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));
+  };
   if (r.rescuer_ok == 1 || r.worker_ok == 1) {
     // 6.18's format_worker_id names a rescuer "kworker/R-" and its workqueue;
     // older kernels gave it the workqueue's name as comm, which /proc showed.
     if (r.rescuer_ok == 1 && r.full_name_ok == 1 && comm.starts_with(kRescuer)) {
-      const std::size_t full = strnlen(r.full_name, sizeof r.full_name);
-      if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));
+      take_full_name();
     } else if (comm.size() >= 15) {
       return;  // cut, and no record says the rest: /proc does
     }
@@ -770,9 +775,7 @@ void name_kernel_thread(const KthreadRecord& r, KernelTask& task) {
     if (comm.size() > kProcNameMax) comm.resize(kProcNameMax);
     task.name_from_proc = false;
   } else if (r.full_name_ok == 1) {
-    // The program ends it with a NUL; kProcNameMax keeps a record without one in bounds.
-    const std::size_t full = strnlen(r.full_name, sizeof r.full_name);
-    if (full > 0) comm.assign(r.full_name, std::min(full, kProcNameMax));
+    take_full_name();
     task.name_from_proc = false;
   }
 }

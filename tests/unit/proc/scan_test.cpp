@@ -1160,8 +1160,9 @@ std::map<pid_t, std::string> kernel_thread_names() {
 // a workqueue worker's with its work ("kworker/0:1-events"), one longer than
 // comm whole ("rcu_exp_par_gp_kthread_worker/0"), a rescuer's by its
 // workqueue ("kworker/R-kvfree_rcu_reclaim"), the rest their comm. The
-// iterator's kthread records give the first three. Workers rename as they work: the scan is asked again until the
-// names read before and after it agree.
+// iterator's kthread records give the first three. Workers rename as they
+// work: the scan is asked again until the names read before and after it
+// agree.
 TEST(KernelFds, TheScanNamesKernelThreadsAsProcDoes) {
   auto root = slash();
   ScanOptions opts;
