@@ -1162,24 +1162,32 @@ std::map<pid_t, std::string> kernel_thread_names() {
 // workqueue ("kworker/R-kvfree_rcu_reclaim"), the rest their comm. The
 // iterator's kthread records give the first three. Workers rename as they
 // work: the scan is asked again until the names read before and after it
-// agree.
+// agree, and where only a worker differs (it may have run other work during
+// the scan and come back: seen once in some 40 runs), until the last attempt.
 TEST(KernelFds, TheScanNamesKernelThreadsAsProcDoes) {
   auto root = slash();
   ScanOptions opts;
   opts.fd_source = FdSource::kernel;
+  constexpr int kAttempts = 50;
   bool compared = false;
-  for (int attempt = 0; attempt < 50 && !compared; ++attempt) {
+  for (int attempt = 0; attempt < kAttempts && !compared; ++attempt) {
     const auto before = kernel_thread_names();
     auto t = scan_processes(root, opts);
     const auto after = kernel_thread_names();
     ASSERT_TRUE(t.ok()) << t.error().message;
     ASSERT_EQ(t->stats.fds_from, "bpf");
     if (before != after) continue;
-    std::size_t workers = 0;
+    const bool last = attempt + 1 == kAttempts;
+    bool worker_moved = false;
     for (const auto& [pid, name] : before) {
       const Process* p = find(*t, pid);
       ASSERT_NE(p, nullptr) << pid << " " << name;
-      EXPECT_EQ(p->comm, name) << pid;
+      if (p->comm != name && name.rfind("kworker/", 0) == 0 && !last) worker_moved = true;
+    }
+    if (worker_moved) continue;
+    std::size_t workers = 0;
+    for (const auto& [pid, name] : before) {
+      EXPECT_EQ(find(*t, pid)->comm, name) << pid;
       if (name.rfind("kworker/", 0) == 0) ++workers;
     }
     EXPECT_GT(workers, 0U) << "no workqueue worker compared";
