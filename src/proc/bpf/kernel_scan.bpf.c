@@ -36,6 +36,9 @@ char LICENSE[] SEC("license") = "GPL";
  * before load: the simulated GPU's device files; none on a real node). */
 const volatile __u32 gpureap_match_inode_count = 0;
 const volatile __u64 gpureap_match_inodes[GPUREAP_MAX_MATCH_INODES] = {};
+/* Bit (ino & 63) set for each of those inode numbers: the touch's sieve, so
+ * that only a regular file whose bit is set goes to gpureap_candidate. */
+const volatile __u64 gpureap_match_inode_bits = 0;
 
 /* 1: copy the environment too, for a leader whose table had candidates
  * (read-only data, set before load). */
@@ -72,6 +75,7 @@ struct walk {
 	struct file **fd;
 	unsigned long *open_fds;
 	__u64 word;  /* open_fds bits of the 64 descriptors from `base` */
+	__u64 maybe; /* those of them that may be a GPU's, not yet walked */
 	__u32 base;
 	__u32 open;  /* descriptors open */
 	__u32 written;
@@ -79,7 +83,6 @@ struct walk {
 	__u32 tgid;
 	__u32 pid;
 	__u64 start_ns;
-	__u64 touched; /* what touch_word loaded, kept so its loads stay */
 };
 
 static __always_inline __u32 popcount64(__u64 x)
@@ -146,9 +149,9 @@ __noinline int gpureap_candidate(__u64 file, struct gpureap_fd_record *r)
 	return 0;
 }
 
-/* Descriptor base + bit of the table, when open: written when it may be a
- * GPU's. 1 ends this word (none open above `bit`, or the cap reached, which
- * clears `complete` and so ends the walk). */
+/* Descriptor base + bit of the table, when the touch left it in w->maybe:
+ * written when it may be a GPU's. 1 ends this word (none left above `bit`,
+ * or the cap reached, which clears `complete` and so ends the walk). */
 static long walk_descriptor(__u64 bit, void *ctx)
 {
 	struct walk *w = ctx;
@@ -156,9 +159,9 @@ static long walk_descriptor(__u64 bit, void *ctx)
 	struct file *file = 0;
 	const __u32 fd = w->base + (__u32)(bit & 63);
 
-	if (!(w->word >> (bit & 63)))
-		return 1; /* no open descriptor left in this word */
-	if (!(w->word & (1ULL << (bit & 63))))
+	if (!(w->maybe >> (bit & 63)))
+		return 1; /* none left in this word */
+	if (!(w->maybe & (1ULL << (bit & 63))))
 		return 0;
 	if (READ_AT(file, w->fd + fd) || !file)
 		return 0;
@@ -181,51 +184,79 @@ static long walk_descriptor(__u64 bit, void *ctx)
 }
 
 #ifdef GPUREAP_DIRECT_READS
-/* The struct file and inode lines of the word's descriptors, loaded before
- * walk_descriptor looks at any. These loads depend on none of each other, so
- * the CPU overlaps their cache misses; walk_descriptor's each decide what it
- * does next, one bpf_loop callback call per descriptor, and its misses were
- * paid one after another (the same loads in a bpf_loop callback of their own
- * measured no faster; in one plain loop, 19 % less time in the programs). One
- * loop up to the word's last open descriptor: the verifier walks it in at
- * most 64 short steps (a branch that also skipped closed ones multiplied its
- * paths: ~85 ms more of load measured). A closed slot holds NULL, which reads
- * as 0 and touches nothing, and a table's size is a multiple of 64 (fs/file.c
- * rounds it so), so every slot read is in the table. The sum is kept so that
- * the compiler keeps the loads. A global function, like gpureap_candidate:
- * inside walk_word its 64 steps were verified on each of the verifier's
- * passes over that callback, 2,900 of the 4,800 instructions it processed
- * (~1 ms of each load on the dev VM). */
-__noinline __u64 gpureap_touch(__u64 slots, __u64 word)
+/* Which of the word's open descriptors may be a GPU's, from their struct file
+ * and inode lines, loaded before walk_descriptor looks at any: a character
+ * device, or a regular file whose inode number's bit is in
+ * gpureap_match_inode_bits; gpureap_candidate decides for each of those.
+ * These loads depend on none of each other, so the CPU overlaps their cache
+ * misses; walk_descriptor's each decide what it does next, one bpf_loop
+ * callback call per descriptor, and its misses were paid one after another
+ * (in one plain loop, 19 % less time in the programs). The sieve saves those
+ * calls for the rest: pipes, sockets, regular files. One loop up to the
+ * word's last open descriptor, without branches inside: the verifier walks it
+ * in at most 64 short steps (a branch that also skipped closed ones
+ * multiplied its paths: ~85 ms more of load measured). A closed slot holds
+ * NULL, which reads as 0, touches nothing and is no candidate, and a table's
+ * size is a multiple of 64 (fs/file.c rounds it so), so every slot read is in
+ * the table. A global function, like gpureap_candidate: inside walk_word its
+ * 64 steps were verified on each of the verifier's passes over that callback,
+ * 2,900 of the 4,800 instructions it processed (~1 ms of each load on the dev
+ * VM). */
+static __always_inline __u64 touch_and_sieve(__u64 slots, __u64 word, const __u64 inode_bits)
 {
 	struct file **slot = (struct file **)(unsigned long)slots;
-	__u64 sum = 0;
+	__u64 maybe = 0;
 
 	for (__u32 i = 0; i < 64; i++) {
 		struct file *file = 0;
 		struct inode *inode = 0;
 		__u16 mode = 0;
+		__u64 type, chr, reg = 0;
 
 		if (!(word >> i))
 			break;
 		READ_AT(file, slot + i);
 		READ_FIELD(inode, file, f_inode);
 		READ_FIELD(mode, inode, i_mode);
-		sum += mode;
+		/* 1 where the type is S_IFCHR (S_IFREG): (t - 1) >> 63 is 1 for
+		 * t == 0 only, t below 2^16. Arithmetic, not a compare, so that
+		 * the step has no branch. */
+		type = mode & 0170000;
+		chr = ((type ^ 0020000) - 1) >> 63;
+		if (inode_bits) {
+			unsigned long ino = 0;
+
+			READ_FIELD(ino, inode, i_ino);
+			reg = (((type ^ 0100000) - 1) >> 63) & (inode_bits >> (ino & 63));
+		}
+		maybe |= ((chr | reg) & 1) << i;
 	}
-	return sum;
+	return maybe & word;
 }
 
-static __always_inline void touch_word(struct walk *w)
+/* The sieve for regular files (the simulated GPU's) only where the reader
+ * named some: the verifier, which knows this read-only value at load, then
+ * walks one of the two loops, each without a branch on it. */
+__noinline __u64 gpureap_touch(__u64 slots, __u64 word)
 {
-	w->touched = gpureap_touch((__u64)(unsigned long)(w->fd + w->base), w->word);
+	const __u64 inode_bits = gpureap_match_inode_bits;
+
+	if (inode_bits)
+		return touch_and_sieve(slots, word, inode_bits);
+	return touch_and_sieve(slots, word, 0);
+}
+
+static __always_inline __u64 sieve_word(struct walk *w)
+{
+	return gpureap_touch((__u64)(unsigned long)(w->fd + w->base), w->word);
 }
 #else
 /* Each read of the probe build is a helper call: touching first measured
- * 28 -> 47 ms of program time for the bench fleet (dev VM), not less. */
-static __always_inline void touch_word(struct walk *w)
+ * 28 -> 47 ms of program time for the bench fleet (dev VM), not less. Every
+ * open descriptor goes to gpureap_candidate. */
+static __always_inline __u64 sieve_word(struct walk *w)
 {
-	(void)w;
+	return w->word;
 }
 #endif
 
@@ -243,8 +274,9 @@ static long walk_word(__u64 index, void *ctx)
 		return 0;
 	w->open += popcount64(w->word);
 	w->base = (__u32)index * 64;
-	touch_word(w);
-	bpf_loop(64, walk_descriptor, w, 0);
+	w->maybe = sieve_word(w);
+	if (w->maybe)
+		bpf_loop(64, walk_descriptor, w, 0);
 	return w->complete ? 0 : 1;
 }
 
@@ -297,7 +329,7 @@ static __always_inline __u32 walk_table(struct seq_file *seq, struct task_struct
 /* The lines a leader's records read next, one level apart: its struct pid,
  * signal_struct, mm_struct and files_struct, then its descriptor table and
  * the first word of each of that table's arrays. Loaded together first, for
- * the reason touch_word gives: the reads that use them each wait for their
+ * the reason gpureap_touch gives: the reads that use them each wait for their
  * own pointer. The sum is stored so that the compiler keeps the loads. */
 static __always_inline void touch_task(struct task_struct *task)
 {

@@ -53,8 +53,11 @@ static int kept(struct gpureap_scan_progs *out, int a, int b, int err, char *why
 	do {                                                                       \
 		(rodata)->gpureap_match_inode_count = (match)->count;              \
 		(rodata)->gpureap_copy_env = (match)->copy_env;                    \
-		for (unsigned i_ = 0; i_ < (match)->count && i_ < 8; i_++)         \
+		for (unsigned i_ = 0; i_ < (match)->count && i_ < 8; i_++) {       \
 			(rodata)->gpureap_match_inodes[i_] = (match)->inodes[i_]; \
+			(rodata)->gpureap_match_inode_bits |=                      \
+				1ULL << ((match)->inodes[i_] & 63);                \
+		}                                                          \
 	} while (0)
 
 /* The light skeleton `prefix` (gpureap_kernel_scan_lskel or its direct-reads
