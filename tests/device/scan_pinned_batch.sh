@@ -27,6 +27,8 @@ pins=$bpffs/pins
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   nproc
   grep -m1 'model name' /proc/cpuinfo
+  # What the fleet's children inherit, and trace copies with each one's argv.
+  echo "environment bytes $(env | wc -c)"
   # Kernel threads (PF_KTHREAD) and workqueue workers (PF_WQ_WORKER) among them:
   # the ones whose /proc names the scan may read.
   cat /proc/[0-9]*/stat 2>/dev/null | sed 's/.*) //' |
