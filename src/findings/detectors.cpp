@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <iterator>
 #include <map>
 #include <set>
@@ -41,12 +42,28 @@ namespace {
 using node::NodeSnapshot;
 using node::ProcessRecord;
 
+// A number in decimal, appended: fmt::format_to into a std::string goes
+// through a buffer of its own each time, and thousands of findings add three
+// or four numbers each.
+template <class T>
+void append_number(std::string& s, T v) {
+  char digits[24];
+  s.append(digits, std::to_chars(digits, digits + sizeof digits, v).ptr);
+}
+
 // "pid 123 (python3)" plus ", pod ns/name container c" when known.
 // Appended to `s` with no string of its own: thousands of findings use it.
 void append_description(std::string& s, const ProcessRecord& r) {
   auto out = std::back_inserter(s);
-  fmt::format_to(out, "pid {} ({})", r.process.pid, r.process.comm);
-  if (r.process.nspid.size() >= 2) fmt::format_to(out, ", local pid {}", r.process.local_pid());
+  s += "pid ";
+  append_number(s, r.process.pid);
+  s += " (";
+  s += r.process.comm;
+  s += ')';
+  if (r.process.nspid.size() >= 2) {
+    s += ", local pid ";
+    append_number(s, r.process.local_pid());
+  }
   if (r.container) {
     const auto& c = *r.container;
     if (c.meta && !c.meta->pod_name.empty()) {
@@ -86,7 +103,9 @@ void append_device_list(std::string& s, const ProcessRecord& r) {
   for (const auto& d : r.process.gpu_fds) {
     if (!first) s += ", ";
     first = false;
-    fmt::format_to(std::back_inserter(s), "{}×{}", d.device, d.count);
+    s += d.device;
+    s += "×";
+    append_number(s, d.count);
   }
 }
 
