@@ -354,6 +354,8 @@ static __always_inline void touch_task(struct task_struct *task)
 	unsigned long *open_fds = 0;
 	unsigned long word = 0;
 	struct file *first = 0;
+	void *root = 0, *pgd = 0;
+	__u64 line = 0;
 	volatile __u64 sink;
 
 	READ_FIELD(files, task, files);
@@ -369,6 +371,25 @@ static __always_inline void touch_task(struct task_struct *task)
 	READ_AT(word, open_fds);
 	READ_AT(first, fd);
 	sink = (__u64)(unsigned long)group + arg_start + level + word + (__u64)(unsigned long)first;
+	/* What copying its argv (gpureap_args, after the table's walk) finds
+	 * first: the top of its area tree (a node's lines, the root tagged in its
+	 * low byte; 2 in the low bits: a node, not a lone area) and the top of
+	 * its page table, at the entry for arg_start (x86-64's and arm64's
+	 * 4-level split; elsewhere a line of no use). */
+	READ_FIELD(root, mm, mm_mt.ma_root);
+	READ_FIELD(pgd, mm, pgd);
+	if (((unsigned long)root & 3) == 2) {
+		const char *node = (const char *)((unsigned long)root & ~255UL);
+
+		READ_AT(line, node);
+		sink += line;
+		READ_AT(line, node + 64);
+		sink += line;
+		READ_AT(line, node + 128);
+		sink += line;
+	}
+	READ_AT(line, (const char *)pgd + ((arg_start >> 39) & 511) * 8);
+	sink += line;
 	(void)sink;
 }
 #else

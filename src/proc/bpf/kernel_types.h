@@ -38,9 +38,18 @@ struct cred {
 
 struct css_set;
 
+/* The tree of an mm's areas (include/linux/maple_tree.h): its root node,
+ * tagged in its low bits. */
+struct maple_tree {
+	void *ma_root;
+};
+
 /* Where argv and the initial environment lie in the process's memory: what
- * /proc/PID/cmdline and environ read (fs/proc/base.c). */
+ * /proc/PID/cmdline and environ read (fs/proc/base.c); the area tree and the
+ * page table that copying them walks. */
 struct mm_struct {
+	struct maple_tree mm_mt;
+	void *pgd;
 	unsigned long arg_start;
 	unsigned long arg_end;
 	unsigned long env_start;
