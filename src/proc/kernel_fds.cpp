@@ -550,8 +550,11 @@ std::optional<KernelTask> kernel_task(const TaskRecord& r, std::uint64_t ns_per_
 }
 
 void sort_tasks(std::vector<KernelTask>& tasks) {
-  std::sort(tasks.begin(), tasks.end(),
-            [](const KernelTask& a, const KernelTask& b) { return a.tgid < b.tgid; });
+  const auto by_tgid = [](const KernelTask& a, const KernelTask& b) { return a.tgid < b.tgid; };
+  // One reader's tasks come in the iterator's order, by pid: already sorted,
+  // and std::sort would still move some of these 264-byte records about.
+  if (!std::is_sorted(tasks.begin(), tasks.end(), by_tgid))
+    std::sort(tasks.begin(), tasks.end(), by_tgid);
 }
 
 // The task_file form's task program, best effort: without it the scan reads
