@@ -145,6 +145,53 @@ std::size_t utf8_sequence(std::string_view s) {
   return len;
 }
 
+// The text the writers below append to: a std::string whose size runs
+// ahead of what is written, so that an append is a bounds check and a copy
+// inlined here (std::string's own append and push_back are calls into the
+// library, about sixty for each process). Its string gets its final size
+// back when it goes.
+class Text {
+ public:
+  explicit Text(std::string& text) : text_(text), used_(text.size()) {}
+  Text(const Text&) = delete;
+  Text& operator=(const Text&) = delete;
+  ~Text() { text_.resize(used_); }
+
+  void append(const char* p, std::size_t n) {
+    std::memcpy(room(n), p, n);
+    used_ += n;
+  }
+  Text& operator+=(std::string_view s) {
+    append(s.data(), s.size());
+    return *this;
+  }
+  Text& operator+=(char c) {
+    *room(1) = c;
+    ++used_;
+    return *this;
+  }
+  [[nodiscard]] std::size_t size() const { return used_; }
+  void truncate(std::size_t n) { used_ = n; }
+  // At least n bytes to write at the end, then advance(k) for the k written.
+  char* room(std::size_t n) {
+    if (text_.size() - used_ < n) [[unlikely]]
+      text_.resize(std::max(used_ + n, 2 * text_.size() + 256));
+    return text_.data() + used_;
+  }
+  void advance(std::size_t n) { used_ += n; }
+  // What is written so far, handed over and forgotten (the pieces of a
+  // document written as they fill).
+  template <class Fn>
+  void drain(Fn&& write) {
+    write(std::string_view(text_.data(), used_));
+    used_ = 0;
+  }
+
+ private:
+  std::string& text_;
+  std::size_t used_;
+};
+
 // Whether the eight bytes at p are all printable ASCII other than '"' and
 // '\\' (copied as they are). Word tricks with no false "yes": a byte below
 // 0x20, a quote, a backslash or a byte from 0x80 each make it "no".
@@ -163,7 +210,7 @@ bool plain_word(const char* p) {
 // short escapes, \u00xx for the other control characters, UTF-8 as it is.
 // Ill-formed UTF-8 (rare: its replacement characters) is left to nlohmann.
 // The hidden-holder messages' "×" sent every one of them there before.
-void put_string(std::string& out, std::string_view s) {
+void put_string(Text& out, std::string_view s) {
   const std::size_t start = out.size();
   out += '"';
   std::size_t plain = 0;  // start of the bytes not yet copied
@@ -175,7 +222,7 @@ void put_string(std::string& out, std::string_view s) {
     if (c >= 0x80) {
       const std::size_t len = utf8_sequence(s.substr(i));
       if (len == 0) {
-        out.resize(start);
+        out.truncate(start);
         out += json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
         return;
       }
@@ -186,7 +233,7 @@ void put_string(std::string& out, std::string_view s) {
       ++i;
       continue;
     }
-    out.append(s.substr(plain, i - plain));
+    out += s.substr(plain, i - plain);
     switch (c) {
       case '"':
         out += "\\\"";
@@ -218,20 +265,20 @@ void put_string(std::string& out, std::string_view s) {
     }
     plain = ++i;
   }
-  out.append(s.substr(plain));
+  out += s.substr(plain);
   out += '"';
 }
 
 template <class T>
-void put_number(std::string& out, T v) {
+void put_number(Text& out, T v) {
   static_assert(std::is_integral_v<T>, "integers only: nlohmann writes floating point its own way");
-  char digits[24];
-  const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
-  out.append(digits, end);
+  constexpr std::size_t kDigits = 24;
+  char* at = out.room(kDigits);
+  out.advance(static_cast<std::size_t>(std::to_chars(at, at + kDigits, v).ptr - at));
 }
 
 template <class T>
-void put_number_or_null(std::string& out, const std::optional<T>& v) {
+void put_number_or_null(Text& out, const std::optional<T>& v) {
   if (v) {
     put_number(out, *v);
   } else {
@@ -240,7 +287,7 @@ void put_number_or_null(std::string& out, const std::optional<T>& v) {
 }
 
 template <class T>
-void put_numbers(std::string& out, const std::vector<T>& v) {
+void put_numbers(Text& out, const std::vector<T>& v) {
   out += '[';
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (i) out += ',';
@@ -271,21 +318,18 @@ inline constexpr auto kKeyText = [] {
 }();
 
 template <JsonKey Key>
-void put_key(std::string& out) {
+void put_key(Text& out) {
   out.append(kKeyText<',', Key>.data(), kKeyText<',', Key>.size());
 }
 
 // Opens an object with its first member's key.
 template <JsonKey Key>
-void open_object(std::string& out) {
+void open_object(Text& out) {
   out.append(kKeyText<'{', Key>.data(), kKeyText<'{', Key>.size());
 }
 
-}  // namespace
-
 // Keys in nlohmann's (std::map) order, so the text is byte for byte json_text(process_json).
-void append_process_json(std::string& out, const node::NodeSnapshot& snap,
-                         const node::ProcessRecord& r) {
+void put_process(Text& out, const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
   const auto& p = r.process;
   open_object<"cmdline">(out);
   out += '[';
@@ -402,6 +446,14 @@ void append_process_json(std::string& out, const node::NodeSnapshot& snap,
   out += '}';
 }
 
+}  // namespace
+
+void append_process_json(std::string& out, const node::NodeSnapshot& snap,
+                         const node::ProcessRecord& r) {
+  Text text(out);
+  put_process(text, snap, r);
+}
+
 std::string process_json_text(const node::NodeSnapshot& snap, const node::ProcessRecord& r) {
   std::string out;
   append_process_json(out, snap, r);
@@ -442,10 +494,8 @@ json finding_json(const findings::Finding& f) {
   return one;
 }
 
-}  // namespace
-
 // Keys in nlohmann's (std::map) order, so the text is byte for byte json_text(finding_json).
-void append_finding_json(std::string& out, const findings::Finding& f) {
+void put_finding(Text& out, const findings::Finding& f) {
   if (f.group) {  // a few per node: the tree is fine
     out += json_text(finding_json(f), -1);
     return;
@@ -499,6 +549,13 @@ void append_finding_json(std::string& out, const findings::Finding& f) {
   put_key<"severity">(out);
   put_string(out, findings::to_string(f.severity));
   out += '}';
+}
+
+}  // namespace
+
+void append_finding_json(std::string& out, const findings::Finding& f) {
+  Text text(out);
+  put_finding(text, f);
 }
 
 std::string finding_json_text(const findings::Finding& f) {
@@ -604,11 +661,13 @@ bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   // (4 KiB for a pipe) a 2 MB document took ~430 write(2) calls.
   constexpr std::size_t kPiece = std::size_t{64} * 1024;
   bool ok = true;
-  std::string pending;
-  pending.reserve(2 * kPiece);  // a piece and the element that fills it
+  std::string buffer;
+  Text pending(buffer);
+  (void)pending.room(2 * kPiece);  // a piece and the element that fills it
   auto write_pending = [out, &ok, &pending] {
-    ok = ok && std::fwrite(pending.data(), 1, pending.size(), out) == pending.size();
-    pending.clear();
+    pending.drain([&](std::string_view text) {
+      ok = ok && std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    });
   };
   auto put = [&](const std::string& text) {
     if (pending.size() + text.size() > kPiece) write_pending();
@@ -637,9 +696,8 @@ bool write_trace_json(std::FILE* out, const node::NodeSnapshot& snap,
   };
   const auto shown = shown_processes(snap, found);
   array("processes", shown.size(),
-        [&](std::string& text, std::size_t i) { append_process_json(text, snap, *shown[i]); });
-  array("findings", found.size(),
-        [&](std::string& text, std::size_t i) { append_finding_json(text, found[i]); });
+        [&](Text& text, std::size_t i) { put_process(text, snap, *shown[i]); });
+  array("findings", found.size(), [&](Text& text, std::size_t i) { put_finding(text, found[i]); });
   const json tail = tail_json(snap, found);
   std::size_t left = tail.size();
   for (const auto& [key, value] : tail.items()) member(key, value, --left == 0);
