@@ -158,6 +158,7 @@ class Text {
   ~Text() { text_.resize(used_); }
 
   void append(const char* p, std::size_t n) {
+    if (n == 0) return;  // p may be an empty view's nullptr, which memcpy must not get
     std::memcpy(room(n), p, n);
     used_ += n;
   }
