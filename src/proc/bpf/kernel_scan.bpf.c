@@ -376,7 +376,8 @@ static __always_inline void touch_task(struct task_struct *task)
 	 * low byte; 2 in the low bits: a node, not a lone area) and the top of
 	 * its page table, at the entry for arg_start (x86-64's and arm64's
 	 * 4-level split; elsewhere a line of no use). */
-	READ_FIELD(root, mm, mm_mt.ma_root);
+	if (bpf_core_field_exists(mm->mm_mt))
+		READ_FIELD(root, mm, mm_mt.ma_root);
 	READ_FIELD(pgd, mm, pgd);
 	if (((unsigned long)root & 3) == 2) {
 		const char *node = (const char *)((unsigned long)root & ~255UL);
