@@ -75,7 +75,7 @@ struct walk {
 	struct file **fd;
 	unsigned long *open_fds;
 	__u64 word;  /* open_fds bits of the 64 descriptors from `base` */
-	__u64 maybe; /* those of them that may be a GPU's, not yet walked */
+	__u64 maybe; /* those of them that may be a GPU's (the touch's sieve) */
 	__u32 base;
 	__u32 open;  /* descriptors open */
 	__u32 written;
