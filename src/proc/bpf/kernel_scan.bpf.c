@@ -199,8 +199,7 @@ static long walk_descriptor(__u64 bit, void *ctx)
  * multiplied its paths: ~85 ms more of load measured). A closed slot holds
  * NULL, which reads as 0, touches nothing and is no candidate, and a table's
  * size is a multiple of 64 (fs/file.c rounds it so), so every slot read is in
- * the table. A global function, like gpureap_candidate, so that its steps are
- * verified once, not on each of the verifier's passes over walk_word. */
+ * the table. */
 static __always_inline __u64 touch_and_sieve(__u64 slots, __u64 word, const __u64 inode_bits)
 {
 	struct file **slot = (struct file **)(unsigned long)slots;
@@ -233,9 +232,11 @@ static __always_inline __u64 touch_and_sieve(__u64 slots, __u64 word, const __u6
 	return maybe & word;
 }
 
-/* The sieve for regular files (the simulated GPU's) only where the reader
- * named some: the verifier, which knows this read-only value at load, then
- * walks one of the two loops, each without a branch on it. */
+/* The touch and sieve, a global function like gpureap_candidate, so that its
+ * steps are verified once, not on each of the verifier's passes over
+ * walk_word. The sieve for regular files (the simulated GPU's) only where the
+ * reader named some: the verifier, which knows this read-only value at load,
+ * then walks one of the two loops, each without a branch on it. */
 __noinline __u64 gpureap_touch(__u64 slots, __u64 word)
 {
 	const __u64 inode_bits = gpureap_match_inode_bits;
