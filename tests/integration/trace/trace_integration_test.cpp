@@ -456,6 +456,31 @@ TEST(TraceBinary, NeedsNeitherLibbpfNorLibelf) {
 
 // trace exits without tearing its snapshot down: an answer that could not be
 // written (/dev/full: ENOSPC) still says so, as JSON and as the table, and exits 2.
+// A run that names its subcommand builds only that one (src/cli/main.cpp);
+// anything else builds them all, so that help and usage errors still list
+// every subcommand and the named one still parses its own options.
+TEST(TraceBinary, HelpAndUsageErrorsListEverySubcommand) {
+  const std::vector<std::string> all = {"trace",   "node", "snapshot", "observe",
+                                        "prestop", "lab",  "exporter", "check"};
+  const auto top = gpureap::testing::run({kGpureap, "--help"});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  for (const auto& name : all) {
+    EXPECT_NE(top.out.find("\n  " + name + " "), std::string::npos) << name << "\n" << top.out;
+  }
+  const auto typo = gpureap::testing::run({kGpureap, "trce"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_FALSE(typo.err.empty());
+  const auto none = gpureap::testing::run({kGpureap});
+  EXPECT_NE(none.err.find("A subcommand is required"), std::string::npos) << none.err;
+  const auto named = gpureap::testing::run({kGpureap, "trace", "--help"});
+  EXPECT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_NE(named.out.find("gpureap trace"), std::string::npos) << named.out;
+  EXPECT_NE(named.out.find("--json"), std::string::npos) << named.out;
+  const auto bad = gpureap::testing::run({kGpureap, "trace", "--no-such-flag"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--no-such-flag"), std::string::npos) << bad.err;
+}
+
 TEST(TraceBinary, AnAnswerThatCannotBeWrittenExitsTwo) {
   for (const char* format : {"--json", "--threads=1"}) {
     auto r = gpureap::testing::run(
