@@ -383,10 +383,10 @@ class Aggregator {
     KernelFdRecord k{r.mode, user_dev_from_kernel(r.rdev), user_dev_from_kernel(r.dev), r.ino};
     auto m = match_kernel_fd(devices_, k);
     if (m.node >= 0 || m.rdev) {
-      current_.gpu_files.push_back(r.file);
+      files_.push_back(r.file);
       // kcmp compares by number in the leader's table; a thread with a table
       // of its own numbers another.
-      if (r.pid == r.tgid) current_.gpu_fd_numbers.push_back(static_cast<int>(r.fd));
+      if (r.pid == r.tgid) numbers_.push_back(static_cast<int>(r.fd));
     }
     if (m.node >= 0) {
       ++node_counts_[static_cast<std::size_t>(m.node)];
@@ -479,9 +479,15 @@ class Aggregator {
           "nvidia-" + std::to_string(::major(rdev)) + ":" + std::to_string(::minor(rdev)), c});
     }
     by_major_.clear();
-    std::sort(current_.gpu_files.begin(), current_.gpu_files.end());
-    current_.gpu_files.erase(std::unique(current_.gpu_files.begin(), current_.gpu_files.end()),
-                             current_.gpu_files.end());
+    // Gathered in vectors kept from process to process, then copied once at
+    // their size: pushed straight into each holder's, they grew 1, 2, 4 (three
+    // allocations and two frees each, for thousands of holders).
+    std::sort(files_.begin(), files_.end());
+    files_.erase(std::unique(files_.begin(), files_.end()), files_.end());
+    current_.gpu_files.assign(files_.begin(), files_.end());
+    current_.gpu_fd_numbers.assign(numbers_.begin(), numbers_.end());
+    files_.clear();
+    numbers_.clear();
     out_.push_back(std::move(current_));
     open_ = false;
   }
@@ -490,6 +496,8 @@ class Aggregator {
   std::uint64_t ns_per_tick_;
   std::vector<unsigned> node_counts_;
   std::vector<std::pair<dev_t, unsigned>> by_major_;
+  std::vector<std::uint64_t> files_;  // the current process's gpu_files, as read
+  std::vector<int> numbers_;          // and its gpu_fd_numbers
   KernelFdSummary current_;
   bool open_ = false;
   std::vector<KernelFdSummary> out_;
