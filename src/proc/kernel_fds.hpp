@@ -195,6 +195,14 @@ std::string kernel_match_gap(const DeviceMatcher& devices);
 // /proc/PID/cgroup spoke for its whole cgroup was still in it after the read.
 sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const KernelFdTable& table);
 
+// Every thread-group leader, sorted, from one more pass of the css_set
+// program (tasks_program), where that pass saw every task the kernel counted
+// before and after it (judge_task_count); nothing where it did not, or could
+// not run. read_kernel_fds asks it where the walk's own pass did not see
+// every task: its leaders then stand for the listing of /proc.
+std::optional<std::vector<pid_t>> kernel_leaders(const sys::HostRoot& root,
+                                                 const KernelFdTable& table);
+
 // The same for `pids` alone: an iteration over each one's threads (the
 // kernel filters them, Linux 6.1+; an error on older kernels). A process
 // gone has no entry.

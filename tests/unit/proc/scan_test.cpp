@@ -19,9 +19,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -1301,6 +1303,54 @@ TEST(KernelFds, ATaskPassThatSawEveryTaskStandsForTheListing) {
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_NE(find(*t, 1), nullptr);
   EXPECT_NE(find(*t, child.pid()), nullptr);
+}
+
+// The pass read_kernel_fds runs again where the walk's count moved: the
+// css_set program alone, its leaders standing for the listing in a quiet
+// moment (every process listed before and after it is among them, PID 1 and
+// the child too), nothing where it cannot run.
+TEST(KernelFds, ALeadersPassStandsForTheListingInAQuietMoment) {
+  Pipes pipes;
+  Child child = spawn_fdless(pipes);
+  ASSERT_TRUE(child.started());
+  auto root = slash();
+  DeviceMatcher none;
+  EXPECT_FALSE(kernel_leaders(root, KernelFdTable{}).has_value());
+  auto k = read_kernel_fds(root, none);
+  ASSERT_TRUE(k.ok()) << k.error().message;
+  ASSERT_TRUE(k->tasks_program) << k->tasks_note;
+  bool saw = false;
+  for (int attempt = 0; attempt < 200 && !saw; ++attempt) {
+    const std::vector<pid_t> before = proc_listing();
+    auto leaders = kernel_leaders(root, *k);
+    const std::vector<pid_t> after = proc_listing();
+    if (!leaders) continue;
+    saw = true;
+    EXPECT_TRUE(std::is_sorted(leaders->begin(), leaders->end()));
+    EXPECT_EQ(std::adjacent_find(leaders->begin(), leaders->end()), leaders->end());
+    std::vector<pid_t> throughout;
+    std::set_intersection(before.begin(), before.end(), after.begin(), after.end(),
+                          std::back_inserter(throughout));
+    std::vector<pid_t> missed;
+    std::set_difference(throughout.begin(), throughout.end(), leaders->begin(), leaders->end(),
+                        std::back_inserter(missed));
+    EXPECT_TRUE(missed.empty()) << missed.size() << " listed processes missed, first "
+                                << missed.front();
+    // Nothing the listings never had, but what came and went between them: a
+    // leader is a process, not one of its threads (which /proc does not list).
+    std::vector<pid_t> either;
+    std::set_union(before.begin(), before.end(), after.begin(), after.end(),
+                   std::back_inserter(either));
+    std::vector<pid_t> extra;
+    std::set_difference(leaders->begin(), leaders->end(), either.begin(), either.end(),
+                        std::back_inserter(extra));
+    std::erase_if(extra, [](pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; });
+    EXPECT_TRUE(extra.empty()) << extra.size() << " live leaders never listed, first "
+                               << extra.front();
+    EXPECT_TRUE(std::binary_search(leaders->begin(), leaders->end(), 1));
+    EXPECT_TRUE(std::binary_search(leaders->begin(), leaders->end(), child.pid()));
+  }
+  EXPECT_TRUE(saw) << "no leaders pass in 200 saw every task";
 }
 
 TEST(KernelFds, TheTaskCountAccountsForEveryTaskOrSendsTheScanToProc) {
