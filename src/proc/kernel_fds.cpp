@@ -1171,8 +1171,9 @@ sys::Result<KernelFdTable> read_kernel_fds(const sys::HostRoot& root, const Devi
   // A task came or went during the walk (~10 ms; on a busy node often): the
   // css_set program alone, ~0.2 us a task, usually sees a quiet moment, where
   // the scan would otherwise list /proc (getdents, a dentry looked up per
-  // process: 2-3 ms for 2,000 on the H100).
-  if (!table.saw_every_task) {
+  // process: 2-3 ms for 2,000 on the H100). Not on several readers: the
+  // scan's spare threads have listed /proc by then.
+  if (!table.saw_every_task && shards <= 1) {
     if (auto leaders = kernel_leaders(root, table)) {
       table.leaders = std::move(*leaders);
       table.saw_every_task = true;

@@ -198,8 +198,9 @@ sys::Result<std::vector<std::pair<pid_t, std::uint64_t>>> kernel_css_sets(const 
 // Every thread-group leader, sorted, from one more pass of the css_set
 // program (tasks_program), where that pass saw every task the kernel counted
 // before and after it (judge_task_count); nothing where it did not, or could
-// not run. read_kernel_fds asks it where the walk's own pass did not see
-// every task: its leaders then stand for the listing of /proc.
+// not run. read_kernel_fds asks it where the walk's own pass, on one
+// reader, did not see every task: its leaders then stand for the listing of
+// /proc.
 std::optional<std::vector<pid_t>> kernel_leaders(const sys::HostRoot& root,
                                                  const KernelFdTable& table);
 
