@@ -128,8 +128,9 @@ struct KernelFdTable {
   // not be read (then tasks_note says why, and status is read from /proc).
   std::vector<KernelTask> tasks;
   // Every process the task pass saw (its leader's tgid, sorted), when it saw
-  // every task the kernel counted before and after it (saw_every_task): the
-  // scan then takes these for its listing of /proc. Empty otherwise.
+  // every task the kernel counted before and after it (saw_every_task), or
+  // else the leaders-only pass that followed did (kernel_leaders): the scan
+  // then takes these for its listing of /proc. Empty otherwise.
   std::vector<pid_t> leaders;
   bool saw_every_task = false;
   // Tasks the pass was shown, threads and kernel threads included (0: the
