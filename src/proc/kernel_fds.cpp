@@ -910,12 +910,14 @@ struct CssTaker {
 namespace {
 
 // One iteration of the css_set program, over every task or (tgid > 0) one
-// process's threads, its pairs appended to `ids`.
+// process's threads, its pairs appended to `ids`; with `shown`, the count of
+// tasks its end marker gives.
 sys::Status css_iteration(const KernelFdTable& table, pid_t tgid,
-                          std::vector<std::pair<pid_t, std::uint64_t>>& ids) {
+                          std::vector<std::pair<pid_t, std::uint64_t>>& ids,
+                          std::uint32_t* shown = nullptr) {
   auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator", tgid);
   if (!iter) return iter.error();
-  return read_iterator(iter->get(), "BPF task iterator", CssTaker{ids});
+  return read_iterator(iter->get(), "BPF task iterator", CssTaker{ids, shown});
 }
 
 }  // namespace
@@ -936,9 +938,7 @@ std::optional<std::vector<pid_t>> kernel_leaders(const sys::HostRoot& root,
   ids.reserve(table.tasks.size() + 64);
   std::uint32_t shown = 0;
   const auto before = kernel_task_count(root);
-  auto iter = start_iterator(table.tasks_program.get(), "BPF task iterator", 0);
-  if (!iter) return std::nullopt;
-  auto ran = read_iterator(iter->get(), "BPF task iterator", CssTaker{ids, &shown});
+  const auto ran = css_iteration(table, 0, ids, &shown);
   const auto after = kernel_task_count(root);
   if (!ran || shown == 0) return std::nullopt;  // the task_file form's program has no end marker
   std::vector<pid_t> leaders;

@@ -1260,6 +1260,20 @@ std::vector<pid_t> proc_listing() {
   return pids;
 }
 
+// The pids both listings had (sorted, as proc_listing gives them) that
+// `leaders` (sorted) lacks.
+std::vector<pid_t> listed_throughout_but_missed(const std::vector<pid_t>& before,
+                                                const std::vector<pid_t>& after,
+                                                const std::vector<pid_t>& leaders) {
+  std::vector<pid_t> throughout;
+  std::set_intersection(before.begin(), before.end(), after.begin(), after.end(),
+                        std::back_inserter(throughout));
+  std::vector<pid_t> missed;
+  std::set_difference(throughout.begin(), throughout.end(), leaders.begin(), leaders.end(),
+                      std::back_inserter(missed));
+  return missed;
+}
+
 // Where the task pass saw every task the kernel counted, its leaders are the
 // processes /proc lists: every one listed before and after it is among them
 // (others may come and go meanwhile: the test suite runs in parallel, so the
@@ -1284,12 +1298,7 @@ TEST(KernelFds, ATaskPassThatSawEveryTaskStandsForTheListing) {
     saw = true;
     EXPECT_TRUE(std::is_sorted(k->leaders.begin(), k->leaders.end()));
     EXPECT_EQ(std::adjacent_find(k->leaders.begin(), k->leaders.end()), k->leaders.end());
-    std::vector<pid_t> throughout;
-    std::set_intersection(before.begin(), before.end(), after.begin(), after.end(),
-                          std::back_inserter(throughout));
-    std::vector<pid_t> missed;
-    std::set_difference(throughout.begin(), throughout.end(), k->leaders.begin(), k->leaders.end(),
-                        std::back_inserter(missed));
+    const std::vector<pid_t> missed = listed_throughout_but_missed(before, after, k->leaders);
     EXPECT_TRUE(missed.empty()) << missed.size() << " listed processes missed, first "
                                 << missed.front();
     EXPECT_TRUE(std::binary_search(k->leaders.begin(), k->leaders.end(), 1));
@@ -1328,12 +1337,7 @@ TEST(KernelFds, ALeadersPassStandsForTheListingInAQuietMoment) {
     saw = true;
     EXPECT_TRUE(std::is_sorted(leaders->begin(), leaders->end()));
     EXPECT_EQ(std::adjacent_find(leaders->begin(), leaders->end()), leaders->end());
-    std::vector<pid_t> throughout;
-    std::set_intersection(before.begin(), before.end(), after.begin(), after.end(),
-                          std::back_inserter(throughout));
-    std::vector<pid_t> missed;
-    std::set_difference(throughout.begin(), throughout.end(), leaders->begin(), leaders->end(),
-                        std::back_inserter(missed));
+    const std::vector<pid_t> missed = listed_throughout_but_missed(before, after, *leaders);
     EXPECT_TRUE(missed.empty()) << missed.size() << " listed processes missed, first "
                                 << missed.front();
     // Nothing the listings never had, but what came and went between them: a
